@@ -1,0 +1,110 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "notifyd",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "Notify", targets: ["Notify"]),
+        .executable(name: "notifyd", targets: ["notifyd"]),
+        .executable(name: "notifyctl", targets: ["notifyctl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+    ],
+    targets: [
+        // The wire protocol: frames, names, limits, error codes. No I/O.
+        .target(
+            name: "NotifyWire",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+        ),
+        // The daemon's core: registry, routing, delivery, NIO handlers.
+        .target(
+            name: "NotifyServer",
+            dependencies: [
+                "NotifyWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        .target(
+            name: "NotifySystemd",
+            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
+        ),
+        .executableTarget(
+            name: "notifyd",
+            dependencies: [
+                "NotifyServer", "NotifySystemd", "NotifyWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // The client library users import.
+        .target(
+            name: "Notify",
+            dependencies: [
+                "NotifyWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
+        .executableTarget(
+            name: "notifyctl",
+            dependencies: [
+                "Notify",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // A small client-library program used by the integration tests (a real separate process).
+        .executableTarget(
+            name: "notify-test-peer",
+            dependencies: [
+                "Notify",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tests/TestPeer"
+        ),
+        .executableTarget(
+            name: "hello-observer",
+            dependencies: ["Notify"],
+            path: "Examples/HelloObserver"
+        ),
+        .testTarget(
+            name: "NotifyWireTests",
+            dependencies: ["NotifyWire", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        .testTarget(
+            name: "NotifyServerTests",
+            dependencies: [
+                "NotifyServer", "NotifyWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "NotifyTests",
+            dependencies: ["Notify", "NotifyWire"]
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["Notify", "NotifyWire", "notifyd", "notifyctl", "notify-test-peer"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,76 @@
+/// The error codes carried in `ERROR` frames (protocol v1).
+///
+/// Codes marked *fatal* are protocol violations: the daemon sends the error frame and then closes that
+/// connection. The other codes answer one bad request; the connection stays usable.
+public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    /// Fatal. A frame's fields do not match its message type (truncated field, invalid UTF-8, trailing bytes),
+    /// or the connection ended in the middle of a frame.
+    case malformedFrame = 1
+    /// Fatal. A length prefix announced a frame of zero bytes or larger than the daemon's `maxFrameLength`.
+    case frameTooLarge = 2
+    /// Fatal. The message type byte is not one the receiver accepts.
+    case unknownMessageType = 3
+    /// Fatal. The first frame on a connection was not `HELLO`.
+    case handshakeRequired = 4
+    /// Fatal. `HELLO` asked for a protocol version the daemon does not speak.
+    case unsupportedVersion = 5
+    /// Fatal. A second `HELLO` on a connection that already completed the handshake.
+    case unexpectedHello = 6
+    /// A name does not follow the name grammar (or is longer than the daemon's `maxNameLength`).
+    case invalidName = 7
+    /// A payload is longer than the daemon's `maxPayloadLength`.
+    case payloadTooLarge = 8
+    /// `UNSUBSCRIBE` named a subscription id this connection does not hold.
+    case unknownSubscription = 9
+    /// `SUBSCRIBE` reused a subscription id this connection already holds.
+    case duplicateSubscription = 10
+    /// `SUBSCRIBE` would exceed the daemon's `maxSubscriptions` for this connection.
+    case tooManySubscriptions = 11
+    /// A request set flag bits this protocol version does not define.
+    case unsupportedFlags = 12
+    /// Fatal. The connection could not keep up and its policy asked to be disconnected.
+    case slowConsumer = 13
+    /// The sender's credentials do not allow this request.
+    case permissionDenied = 14
+    /// A per-user quota would be exceeded.
+    case quotaExceeded = 15
+    /// Fatal. The daemon is shutting down; reconnect later.
+    case shuttingDown = 16
+    /// Fatal. The daemon hit an internal error while serving this connection.
+    case internalError = 17
+
+    /// Whether the daemon closes the connection after sending this error.
+    public var isFatal: Bool {
+        switch self {
+        case .malformedFrame, .frameTooLarge, .unknownMessageType, .handshakeRequired, .unsupportedVersion,
+            .unexpectedHello, .slowConsumer, .shuttingDown, .internalError:
+            return true
+        case .invalidName, .payloadTooLarge, .unknownSubscription, .duplicateSubscription, .tooManySubscriptions,
+            .unsupportedFlags, .permissionDenied, .quotaExceeded:
+            return false
+        }
+    }
+
+    /// The code's name as written in `protocol/PROTOCOL.md`, e.g. `invalid-name`.
+    public var description: String {
+        switch self {
+        case .malformedFrame: "malformed-frame"
+        case .frameTooLarge: "frame-too-large"
+        case .unknownMessageType: "unknown-message-type"
+        case .handshakeRequired: "handshake-required"
+        case .unsupportedVersion: "unsupported-version"
+        case .unexpectedHello: "unexpected-hello"
+        case .invalidName: "invalid-name"
+        case .payloadTooLarge: "payload-too-large"
+        case .unknownSubscription: "unknown-subscription"
+        case .duplicateSubscription: "duplicate-subscription"
+        case .tooManySubscriptions: "too-many-subscriptions"
+        case .unsupportedFlags: "unsupported-flags"
+        case .slowConsumer: "slow-consumer"
+        case .permissionDenied: "permission-denied"
+        case .quotaExceeded: "quota-exceeded"
+        case .shuttingDown: "shutting-down"
+        case .internalError: "internal-error"
+        }
+    }
+}

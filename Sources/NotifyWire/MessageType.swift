@@ -1,0 +1,43 @@
+/// The message type byte that follows every frame's length prefix.
+///
+/// Client-to-daemon types are below `0x80`; daemon-to-client types have the high bit set.
+public enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
+    // Client to daemon.
+    case hello = 0x01
+    case subscribe = 0x02
+    case unsubscribe = 0x03
+    case post = 0x04
+    case ping = 0x05
+
+    // Daemon to client.
+    case welcome = 0x81
+    case ok = 0x82
+    case posted = 0x83
+    case pong = 0x84
+    case notification = 0x85
+    case overflow = 0x86
+    case error = 0x8F
+
+    /// Whether a client sends this type (as opposed to the daemon).
+    public var isClientToDaemon: Bool { rawValue < 0x80 }
+}
+
+extension MessageType: CustomStringConvertible {
+    /// The message's name as written in `protocol/PROTOCOL.md`, e.g. `POST`.
+    public var description: String {
+        switch self {
+        case .hello: "HELLO"
+        case .subscribe: "SUBSCRIBE"
+        case .unsubscribe: "UNSUBSCRIBE"
+        case .post: "POST"
+        case .ping: "PING"
+        case .welcome: "WELCOME"
+        case .ok: "OK"
+        case .posted: "POSTED"
+        case .pong: "PONG"
+        case .notification: "NOTIFICATION"
+        case .overflow: "OVERFLOW"
+        case .error: "ERROR"
+        }
+    }
+}

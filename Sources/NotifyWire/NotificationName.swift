@@ -1,0 +1,92 @@
+/// The notification name grammar (protocol v1, `protocol/PROTOCOL.md` § Names).
+///
+/// A name is 1 to 255 bytes of UTF-8 made of labels separated by `.`. Every label is non-empty and
+/// consists of ASCII letters and digits, `-`, `_`, `:`, `@`, `+`, `=`, or any Unicode scalar at or above
+/// U+00A0. Everything else, notably white space, control characters, `/`, `*` and `>` (reserved for
+/// patterns), is rejected.
+public enum NotificationName {
+    /// The prefix of names that never leave the posting process.
+    public static let processLocalPrefix = "self."
+
+    /// The longest name the grammar allows, in UTF-8 bytes (a daemon may announce a lower limit).
+    public static let maxLength = 255
+
+    /// Checks `name` against the grammar.
+    ///
+    /// - Parameter maxLength: the longest name accepted, in UTF-8 bytes.
+    /// - Throws: ``NameError`` describing the first problem found.
+    public static func validate(_ name: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
+        var utf8Count = 0
+        var labelLength = 0
+        var labelIndex = 0
+        for scalar in name.unicodeScalars {
+            utf8Count += UTF8.width(scalar)
+            if scalar == "." {
+                if labelLength == 0 { throw NameError.emptyLabel(name: name, index: labelIndex) }
+                labelIndex += 1
+                labelLength = 0
+                continue
+            }
+            guard isAllowedInLabel(scalar) else {
+                throw NameError.invalidCharacter(name: name, character: scalar)
+            }
+            labelLength += 1
+        }
+        if utf8Count == 0 { throw NameError.empty }
+        if labelLength == 0 { throw NameError.emptyLabel(name: name, index: labelIndex) }
+        if utf8Count > maxLength { throw NameError.tooLong(name: name, length: utf8Count, limit: maxLength) }
+    }
+
+    /// Whether `name` is valid according to ``validate(_:maxLength:)``.
+    public static func isValid(_ name: String, maxLength: Int = NotificationName.maxLength) -> Bool {
+        do {
+            try validate(name, maxLength: maxLength)
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// Whether `name` is process-local (starts with `self.`): such names never reach a daemon.
+    public static func isProcessLocal(_ name: String) -> Bool {
+        name.utf8.starts(with: processLocalPrefix.utf8)
+    }
+
+    @inline(__always)
+    static func isAllowedInLabel(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: return true  // 0-9 A-Z a-z
+        case 0x2D, 0x5F, 0x3A, 0x40, 0x2B, 0x3D: return true  // - _ : @ + =
+        case 0xA0...: return true
+        default: return false
+        }
+    }
+}
+
+/// Why a string is not a valid notification name.
+public enum NameError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The name is the empty string.
+    case empty
+    /// The name is longer than the limit, in UTF-8 bytes.
+    case tooLong(name: String, length: Int, limit: Int)
+    /// Label number `index` (counting from 0) is empty: a leading, trailing or doubled `.`.
+    case emptyLabel(name: String, index: Int)
+    /// The name contains a character the grammar does not allow.
+    case invalidCharacter(name: String, character: Unicode.Scalar)
+
+    public var description: String {
+        switch self {
+        case .empty:
+            return "invalid name: the name is empty"
+        case .tooLong(let name, let length, let limit):
+            return "invalid name '\(name.prefix(40))…': \(length) bytes is longer than the limit of \(limit)"
+        case .emptyLabel(let name, let index):
+            return "invalid name '\(name)': label \(index + 1) is empty (leading, trailing or doubled '.')"
+        case .invalidCharacter(let name, let character):
+            let code = "U+" + String(character.value, radix: 16, uppercase: true)
+            let shown = character.properties.isWhitespace || character.value < 0x20 ? code : "'\(character)' (\(code))"
+            return "invalid name '\(name)': character \(shown) is not allowed"
+                + " (use letters, digits, '-', '_', ':', '@', '+', '=' and '.' between labels)"
+        }
+    }
+}

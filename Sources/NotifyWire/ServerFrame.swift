@@ -1,0 +1,241 @@
+import NIOCore
+
+/// A frame sent by the daemon to a client (protocol v1).
+public enum ServerFrame: Sendable, Hashable {
+    /// Answers `HELLO`: the session is open.
+    case welcome(Welcome)
+    /// `SUBSCRIBE` or `UNSUBSCRIBE` succeeded.
+    case ok(requestID: UInt32)
+    /// A `POST` that asked for an acknowledgement was delivered.
+    case posted(requestID: UInt32, sequence: UInt64, deliveredCount: UInt32)
+    /// Answers `PING`.
+    case pong(requestID: UInt32)
+    /// A notification on a name this connection subscribed to. Byte-identical for every recipient.
+    case notification(NotificationFrame)
+    /// Notifications for this connection were dropped because it did not read fast enough.
+    case overflow(droppedCount: UInt64)
+    /// A request failed, or (when ``ErrorFrame/closesConnection`` is set) the connection is being closed.
+    case error(ErrorFrame)
+
+    /// The fields of `WELCOME`.
+    public struct Welcome: Sendable, Hashable {
+        /// The protocol version the daemon chose for this connection.
+        public var version: UInt16
+        /// The daemon's process id.
+        public var daemonPID: UInt32
+        /// Changes on every daemon start.
+        public var instanceID: InstanceID
+        /// The limits the daemon enforces.
+        public var limits: ServerLimits
+        /// The daemon's name and version, e.g. `notifyd 0.1.0`.
+        public var serverName: String
+
+        /// Creates the fields of `WELCOME`.
+        public init(
+            version: UInt16 = ProtocolConstants.version, daemonPID: UInt32, instanceID: InstanceID,
+            limits: ServerLimits, serverName: String
+        ) {
+            self.version = version
+            self.daemonPID = daemonPID
+            self.instanceID = instanceID
+            self.limits = limits
+            self.serverName = serverName
+        }
+    }
+
+    /// The message type of this frame.
+    public var messageType: MessageType {
+        switch self {
+        case .welcome: .welcome
+        case .ok: .ok
+        case .posted: .posted
+        case .pong: .pong
+        case .notification: .notification
+        case .overflow: .overflow
+        case .error: .error
+        }
+    }
+}
+
+/// The fields of `NOTIFICATION`.
+public struct NotificationFrame: Sendable, Hashable {
+    /// The daemon-wide sequence number of the post (1 for the first post after the daemon started).
+    public var sequence: UInt64
+    /// The poster's credentials as the kernel reported them.
+    public var sender: SenderCredentials
+    /// The notification name.
+    public var name: String
+    /// The payload bytes as posted.
+    public var payload: ByteBuffer
+
+    /// Creates the fields of `NOTIFICATION`.
+    public init(sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer) {
+        self.sequence = sequence
+        self.sender = sender
+        self.name = name
+        self.payload = payload
+    }
+}
+
+/// The fields of `ERROR`.
+public struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
+    /// The request this error answers, or 0 when it concerns the connection as a whole.
+    public var requestID: UInt32
+    /// The numeric error code; see ``code``.
+    public var rawCode: UInt16
+    /// Whether the daemon closes the connection after this frame.
+    public var closesConnection: Bool
+    /// A human-readable explanation.
+    public var message: String
+
+    /// Creates an error frame with a known code; `closesConnection` follows ``ErrorCode/isFatal``.
+    public init(requestID: UInt32, code: ErrorCode, message: String) {
+        self.init(requestID: requestID, rawCode: code.rawValue, closesConnection: code.isFatal, message: message)
+    }
+
+    /// Creates an error frame from its raw fields.
+    public init(requestID: UInt32, rawCode: UInt16, closesConnection: Bool, message: String) {
+        self.requestID = requestID
+        self.rawCode = rawCode
+        self.closesConnection = closesConnection
+        self.message = message.truncatedUTF8(maxBytes: ErrorFrame.maxMessageLength)
+    }
+
+    /// The error code, or `nil` if it is one this implementation does not know.
+    public var code: ErrorCode? { ErrorCode(rawValue: rawCode) }
+
+    /// The longest message the daemon sends, in UTF-8 bytes.
+    public static let maxMessageLength = 1_024
+
+    public var description: String {
+        let name = code.map(String.init(describing:)) ?? "error-\(rawCode)"
+        return "\(name): \(message)"
+    }
+}
+
+extension ServerFrame: WireFrameEncodable {
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeWireFrame(messageType) { buffer in
+            switch self {
+            case .welcome(let welcome):
+                buffer.writeInteger(welcome.version)
+                buffer.writeInteger(welcome.daemonPID)
+                buffer.writeInteger(welcome.instanceID.high)
+                buffer.writeInteger(welcome.instanceID.low)
+                buffer.writeInteger(welcome.limits.maxNameLength)
+                buffer.writeInteger(welcome.limits.maxPayloadLength)
+                buffer.writeInteger(welcome.limits.maxFrameLength)
+                buffer.writeInteger(welcome.limits.maxSubscriptions)
+                buffer.writeWireString(welcome.serverName)
+            case .ok(let requestID), .pong(let requestID):
+                buffer.writeInteger(requestID)
+            case .posted(let requestID, let sequence, let deliveredCount):
+                buffer.writeInteger(requestID)
+                buffer.writeInteger(sequence)
+                buffer.writeInteger(deliveredCount)
+            case .notification(let notification):
+                notification.encodeFields(into: &buffer)
+            case .overflow(let droppedCount):
+                buffer.writeInteger(droppedCount)
+            case .error(let error):
+                buffer.writeInteger(error.requestID)
+                buffer.writeInteger(error.rawCode)
+                buffer.writeInteger(UInt8(error.closesConnection ? 1 : 0))
+                buffer.writeWireString(error.message)
+            }
+        }
+    }
+}
+
+extension NotificationFrame {
+    fileprivate func encodeFields(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(sequence)
+        buffer.writeInteger(sender.pid)
+        buffer.writeInteger(sender.uid)
+        buffer.writeInteger(sender.gid)
+        buffer.writeWireString(name)
+        buffer.writeWirePayload(payload)
+    }
+
+    /// Encodes a whole `NOTIFICATION` frame without building a ``NotificationFrame`` value first, so a
+    /// daemon can encode a post straight from its decoded fields, once for all recipients.
+    public static func encode(
+        sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer,
+        into buffer: inout ByteBuffer
+    ) {
+        buffer.writeWireFrame(.notification) { buffer in
+            buffer.writeInteger(sequence)
+            buffer.writeInteger(sender.pid)
+            buffer.writeInteger(sender.uid)
+            buffer.writeInteger(sender.gid)
+            buffer.writeWireString(name)
+            buffer.writeWirePayload(payload)
+        }
+    }
+
+    /// The exact number of bytes ``encode(sequence:sender:name:payload:into:)`` writes.
+    public static func encodedLength(nameByteCount: Int, payloadByteCount: Int) -> Int {
+        ProtocolConstants.lengthPrefixSize + 1 + 8 + 12 + 2 + nameByteCount + 4 + payloadByteCount
+    }
+}
+
+extension ServerFrame: WireFrameDecodable {
+    public static func decode(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ServerFrame {
+        guard let messageType = MessageType(rawValue: type), !messageType.isClientToDaemon else {
+            throw WireDecodingError.unknownMessageType(type)
+        }
+        let frame: ServerFrame
+        switch messageType {
+        case .welcome:
+            let version: UInt16 = try body.readWireInteger(messageType, "version")
+            let pid: UInt32 = try body.readWireInteger(messageType, "daemon_pid")
+            let high: UInt64 = try body.readWireInteger(messageType, "instance_id")
+            let low: UInt64 = try body.readWireInteger(messageType, "instance_id")
+            let maxName: UInt16 = try body.readWireInteger(messageType, "max_name_length")
+            let maxPayload: UInt32 = try body.readWireInteger(messageType, "max_payload_length")
+            let maxFrame: UInt32 = try body.readWireInteger(messageType, "max_frame_length")
+            let maxSubscriptions: UInt32 = try body.readWireInteger(messageType, "max_subscriptions")
+            let serverName = try body.readWireString(messageType, "server_name")
+            frame = .welcome(
+                Welcome(
+                    version: version, daemonPID: pid, instanceID: InstanceID(high: high, low: low),
+                    limits: ServerLimits(
+                        maxNameLength: maxName, maxPayloadLength: maxPayload, maxFrameLength: maxFrame,
+                        maxSubscriptions: maxSubscriptions),
+                    serverName: serverName))
+        case .ok:
+            frame = .ok(requestID: try body.readWireInteger(messageType, "request_id"))
+        case .pong:
+            frame = .pong(requestID: try body.readWireInteger(messageType, "request_id"))
+        case .posted:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            let sequence: UInt64 = try body.readWireInteger(messageType, "sequence")
+            let delivered: UInt32 = try body.readWireInteger(messageType, "delivered_count")
+            frame = .posted(requestID: requestID, sequence: sequence, deliveredCount: delivered)
+        case .notification:
+            let sequence: UInt64 = try body.readWireInteger(messageType, "sequence")
+            let pid: UInt32 = try body.readWireInteger(messageType, "sender_pid")
+            let uid: UInt32 = try body.readWireInteger(messageType, "sender_uid")
+            let gid: UInt32 = try body.readWireInteger(messageType, "sender_gid")
+            let name = try body.readWireString(messageType, "name")
+            let payload = try body.readWirePayload(messageType, "payload")
+            frame = .notification(
+                NotificationFrame(
+                    sequence: sequence, sender: SenderCredentials(pid: pid, uid: uid, gid: gid), name: name,
+                    payload: payload))
+        case .overflow:
+            frame = .overflow(droppedCount: try body.readWireInteger(messageType, "dropped_count"))
+        case .error:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            let code: UInt16 = try body.readWireInteger(messageType, "code")
+            let flags: UInt8 = try body.readWireInteger(messageType, "flags")
+            let message = try body.readWireString(messageType, "message")
+            frame = .error(
+                ErrorFrame(requestID: requestID, rawCode: code, closesConnection: flags & 1 != 0, message: message))
+        case .hello, .subscribe, .unsubscribe, .post, .ping:
+            throw WireDecodingError.unknownMessageType(type)
+        }
+        try body.ensureFullyRead(messageType)
+        return frame
+    }
+}
