@@ -1,0 +1,137 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Logging
+import NIOCore
+import NIOPosix
+import NotifyWire
+import ServiceLifecycle
+
+/// The notification daemon: accepts client connections on a Unix socket and routes posts to subscribers.
+///
+/// Run it inside a `ServiceGroup` (it stops on graceful shutdown) or call ``run()`` directly. All routing
+/// state lives on one event loop.
+public final class NotifyServer: Service, Sendable {
+    /// The version of notifyd, reported in `WELCOME`.
+    public static let version = "0.1.0"
+
+    /// The configuration the server was created with.
+    public let configuration: ServerConfiguration
+    /// This run's instance id, announced in `WELCOME`.
+    public let instanceID: InstanceID
+    private let logger: Logger
+    private let group: MultiThreadedEventLoopGroup
+    private let onListening: @Sendable (String) -> Void
+
+    /// Creates a server; nothing happens until ``run()``.
+    ///
+    /// - Parameters:
+    ///   - configuration: where to listen and what limits to enforce.
+    ///   - logger: the logger for connection and protocol events.
+    ///   - onListening: called once the socket accepts connections (e.g. to tell systemd `READY=1`).
+    public init(
+        configuration: ServerConfiguration, logger: Logger,
+        onListening: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
+        self.configuration = configuration
+        self.instanceID = InstanceID.random()
+        self.logger = logger
+        self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        self.onListening = onListening
+    }
+
+    /// Listens and serves until graceful shutdown (or task cancellation), then closes every connection after
+    /// writing what is queued for it (within the configured deadline) and removes the socket file it created.
+    public func run() async throws {
+        let eventLoop = group.next()
+        let router = try await eventLoop.submit { [configuration, instanceID, logger] in
+            NIOLoopBound(
+                SubscriptionRouter(
+                    eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
+                    daemonPID: UInt32(getpid()), logger: logger),
+                eventLoop: eventLoop)
+        }.get()
+
+        let (channel, createdPath) = try await bind(router: router)
+        logger.info(
+            "notifyd listening",
+            metadata: [
+                "socket": "\(configuration.listenAddress)", "instance": "\(instanceID)", "pid": "\(getpid())",
+            ])
+        onListening(configuration.listenAddress.description)
+
+        await withGracefulShutdownHandler {
+            try? await channel.closeFuture.get()
+        } onGracefulShutdown: {
+            channel.close(promise: nil)
+        }
+        try? await channel.close().get()
+
+        await closeClients(router: router, on: eventLoop)
+        if let createdPath { _ = unlink(createdPath) }
+        logger.info("notifyd stopped")
+        try await group.shutdownGracefully()
+    }
+
+    private func bind(router: NIOLoopBound<SubscriptionRouter>) async throws -> (Channel, String?) {
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 1024)
+            .childChannelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
+            .childChannelOption(
+                ChannelOptions.recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16_384, maximum: 1 << 20))
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ClientConnection(router: router.value))
+                }
+            }
+        switch configuration.listenAddress {
+        case .path(let path):
+            try SocketFile.prepare(path: path)
+            let channel = try await bootstrap.bind(unixDomainSocketPath: path).get()
+            if chmod(path, mode_t(configuration.socketMode)) != 0 {
+                let code = errno
+                channel.close(promise: nil)
+                throw ServerError.socketSetupFailed(path: path, reason: "chmod failed: \(String(cString: strerror(code)))")
+            }
+            return (channel, path)
+        case .inheritedDescriptor(let descriptor, _):
+            let channel = try await bootstrap.withBoundSocket(descriptor).get()
+            return (channel, nil)
+        }
+    }
+
+    private func closeClients(router: NIOLoopBound<SubscriptionRouter>, on eventLoop: EventLoop) async {
+        let deadline = TimeAmount.nanoseconds(Int64(configuration.shutdownDeadlineSeconds * 1e9))
+        let closed: EventLoopFuture<Void> = eventLoop.flatSubmit {
+            let connections = Array(router.value.connections.values)
+            let futures = connections.map { $0.beginShutdown() }
+            router.value.flushDirtyConnections()
+            return EventLoopFuture.andAllComplete(futures, on: eventLoop)
+        }
+        let timeout = eventLoop.scheduleTask(in: deadline) {
+            for connection in router.value.connections.values { connection.forceClose() }
+        }
+        try? await closed.get()
+        timeout.cancel()
+    }
+}
+
+/// Errors that stop the server from starting.
+public enum ServerError: Error, CustomStringConvertible {
+    /// Another daemon already accepts connections on this socket path.
+    case alreadyRunning(path: String)
+    /// The socket's directory or file could not be prepared.
+    case socketSetupFailed(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .alreadyRunning(let path):
+            "another notifyd is already listening at \(path); stop it or choose another --socket"
+        case .socketSetupFailed(let path, let reason):
+            "cannot set up the socket at \(path): \(reason)"
+        }
+    }
+}

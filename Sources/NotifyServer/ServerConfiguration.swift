@@ -1,0 +1,53 @@
+import NotifyWire
+
+/// Everything a ``NotifyServer`` needs to know before it starts.
+public struct ServerConfiguration: Sendable {
+    /// Where to listen.
+    public var listenAddress: ListenAddress
+    /// The permission bits given to a socket file the server creates (e.g. `0o666` so every local user can
+    /// connect, `0o600` for the owner only).
+    public var socketMode: UInt32
+    /// The limits announced in `WELCOME` and enforced on every request.
+    public var limits: ServerLimits
+    /// The most bytes queued for one connection (not yet written to its socket). Past it, notifications for
+    /// that connection are dropped and counted, and the connection receives an `OVERFLOW` notice.
+    public var outboundByteLimit: Int
+    /// The daemon's name and version, sent in `WELCOME`.
+    public var serverName: String
+    /// How long a graceful shutdown waits for queued notifications to be written before closing anyway.
+    public var shutdownDeadlineSeconds: Double
+
+    /// Creates a configuration.
+    public init(
+        listenAddress: ListenAddress,
+        socketMode: UInt32 = 0o600,
+        limits: ServerLimits = .default,
+        outboundByteLimit: Int = 8 * 1024 * 1024,
+        serverName: String = "notifyd \(NotifyServer.version)",
+        shutdownDeadlineSeconds: Double = 5
+    ) {
+        self.listenAddress = listenAddress
+        self.socketMode = socketMode
+        self.limits = limits
+        self.outboundByteLimit = outboundByteLimit
+        self.serverName = serverName
+        self.shutdownDeadlineSeconds = shutdownDeadlineSeconds
+    }
+}
+
+/// Where the server accepts connections.
+public enum ListenAddress: Sendable, Hashable, CustomStringConvertible {
+    /// Bind a Unix stream socket at this path (creating its directory; replacing a stale socket file, but never
+    /// one a live daemon is listening on). The file is removed when the server stops.
+    case path(String)
+    /// Serve an already-listening socket inherited from the service manager (socket activation). Its file, if
+    /// any, is not the server's to remove.
+    case inheritedDescriptor(Int32, path: String?)
+
+    public var description: String {
+        switch self {
+        case .path(let path): path
+        case .inheritedDescriptor(let fd, let path): path ?? "inherited fd \(fd)"
+        }
+    }
+}

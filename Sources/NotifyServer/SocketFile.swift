@@ -1,0 +1,60 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Prepares the filesystem for a listening Unix socket.
+enum SocketFile {
+    /// Creates the socket's directory if needed and removes a stale socket file left by a daemon that died,
+    /// but refuses to touch a socket a live daemon still accepts connections on, or a file that is not a socket.
+    ///
+    /// - Parameter directoryMode: permission bits for a directory this creates.
+    static func prepare(path: String, directoryMode: mode_t = 0o755) throws {
+        guard path.utf8.count < 108 else {
+            throw ServerError.socketSetupFailed(path: path, reason: "the path is longer than the 107 bytes a Unix socket address holds")
+        }
+        try createDirectories(for: path, mode: directoryMode)
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }  // nothing there
+        guard info.st_mode & S_IFMT == S_IFSOCK else {
+            throw ServerError.socketSetupFailed(path: path, reason: "a file that is not a socket is in the way")
+        }
+        if isAcceptingConnections(path) { throw ServerError.alreadyRunning(path: path) }
+        guard unlink(path) == 0 || errno == ENOENT else {
+            throw ServerError.socketSetupFailed(path: path, reason: "cannot remove the stale socket: \(errnoDescription())")
+        }
+    }
+
+    private static func createDirectories(for path: String, mode: mode_t) throws {
+        var components = path.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+        guard !components.isEmpty else { return }
+        var current = components.removeFirst().isEmpty ? "" : "."
+        for component in components where !component.isEmpty {
+            current += "/" + component
+            if mkdir(current, mode) != 0 && errno != EEXIST {
+                throw ServerError.socketSetupFailed(path: path, reason: "cannot create directory \(current): \(errnoDescription())")
+            }
+        }
+    }
+
+    /// Whether something accepts connections at `path` right now.
+    static func isAcceptingConnections(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() where index < raw.count - 1 { raw[index] = byte }
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return result == 0
+    }
+
+    static func errnoDescription() -> String { String(cString: strerror(errno)) }
+}
