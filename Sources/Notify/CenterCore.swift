@@ -1,0 +1,567 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import NotifyWire
+
+/// The engine behind a ``NotifyCenter``: one daemon connection on its own I/O thread, the name → observations
+/// registry, outstanding requests, and reconnection.
+///
+/// Public methods may be called from any thread; state is behind one lock, which is never held while user
+/// code runs or a continuation resumes.
+final class CenterCore: Sendable {
+    let configuration: NotifyCenter.Configuration
+    let logger: Logger
+    private let group: MultiThreadedEventLoopGroup
+    let eventLoop: EventLoop
+    private let state: NIOLockedValueBox<State>
+    private let localSender = SenderCredentials(pid: UInt32(getpid()), uid: getuid(), gid: getgid())
+
+    init(configuration: NotifyCenter.Configuration) {
+        self.configuration = configuration
+        var logger = configuration.logger
+        logger[metadataKey: "socket"] = "\(configuration.socketPath)"
+        self.logger = logger
+        self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        self.eventLoop = group.next()
+        self.state = NIOLockedValueBox(State(reconnectDelay: configuration.reconnect.initialDelay))
+    }
+
+    // MARK: State
+
+    struct State {
+        enum Phase {
+            case idle
+            case connecting
+            case handshaking(Channel)
+            case connected(Channel, ServerFrame.Welcome)
+            case waitingToReconnect
+            case closed
+        }
+
+        struct NameEntry {
+            var subscriptionID: UInt32
+            var observations: [ObservationCore]
+        }
+
+        enum PendingRequest {
+            case subscribe(name: String)
+            case unsubscribe(name: String)
+            case ping(CheckedContinuation<Void, Error>)
+            case post(name: String, CheckedContinuation<PostReceipt, Error>)
+        }
+
+        struct ConnectWaiter {
+            var continuation: CheckedContinuation<Void, Error>
+            /// Fail at the first failed connection attempt instead of waiting for a later one.
+            var failFast: Bool
+        }
+
+        var phase = Phase.idle
+        var outgoing = ByteBuffer()
+        var flushScheduled = false
+        var nextRequestID: UInt32 = 1
+        var nextUnacknowledgedPostID: UInt32 = 0
+        var nextSubscriptionID: UInt32 = 1
+        var nextObservationID: UInt64 = 1
+        var nextWaiterID: UInt64 = 1
+        var pending: [UInt32: State.PendingRequest] = [:]
+        var names: [String: NameEntry] = [:]
+        var connectWaiters: [UInt64: State.ConnectWaiter] = [:]
+        var eventContinuations: [UInt64: AsyncStream<ConnectionEvent>.Continuation] = [:]
+        var lastInstanceID: InstanceID?
+        var reconnectDelay: Double
+        /// The reason the last connection attempt failed or the last connection ended.
+        var lastFailure: String?
+        /// A fatal `ERROR` the daemon sent on the current connection, reported when it closes.
+        var closingError: ErrorFrame?
+
+        init(reconnectDelay: Double) { self.reconnectDelay = reconnectDelay }
+
+        var channel: Channel? {
+            switch phase {
+            case .handshaking(let channel), .connected(let channel, _): channel
+            case .idle, .connecting, .waitingToReconnect, .closed: nil
+            }
+        }
+
+        var limits: ServerLimits {
+            if case .connected(_, let welcome) = phase { return welcome.limits }
+            return .default
+        }
+
+        mutating func makeRequestID() -> UInt32 {
+            // Acknowledged requests use ids below 2^31; unacknowledged posts use the upper half, so an ERROR
+            // for one of them can be told apart without remembering every post.
+            let id = nextRequestID
+            nextRequestID = nextRequestID >= 0x7FFF_FFFF ? 1 : nextRequestID + 1
+            return id
+        }
+
+        mutating func makeUnacknowledgedPostID() -> UInt32 {
+            nextUnacknowledgedPostID = (nextUnacknowledgedPostID &+ 1) & 0x7FFF_FFFF
+            return 0x8000_0000 | nextUnacknowledgedPostID
+        }
+    }
+
+    // MARK: Lifecycle
+
+    func start() {
+        eventLoop.execute { self.startConnecting() }
+    }
+
+    func close() async {
+        let (channel, waiters, pending, streams) = state.withLockedValue { state in
+            if case .closed = state.phase { return (nil as Channel?, [State.ConnectWaiter](), [State.PendingRequest](), [AsyncStream<ConnectionEvent>.Continuation]()) }
+            let channel = state.channel
+            state.phase = .closed
+            let result = (
+                channel, Array(state.connectWaiters.values), Array(state.pending.values),
+                Array(state.eventContinuations.values)
+            )
+            state.connectWaiters.removeAll()
+            state.pending.removeAll()
+            state.eventContinuations.removeAll()
+            return result
+        }
+        for waiter in waiters { waiter.continuation.resume(throwing: NotifyError.closed) }
+        Self.fail(pending, with: NotifyError.closed)
+        for stream in streams { stream.finish() }
+        if let channel { try? await channel.close() }
+        try? await group.shutdownGracefully()
+    }
+
+    /// Closes without waiting (from `deinit`).
+    func closeInBackground() {
+        let core = self
+        Task { await core.close() }
+    }
+
+    // MARK: Connecting
+
+    private func startConnecting() {
+        let proceed = state.withLockedValue { state -> Bool in
+            switch state.phase {
+            case .idle, .waitingToReconnect:
+                state.phase = .connecting
+                return true
+            case .connecting, .handshaking, .connected, .closed:
+                return false
+            }
+        }
+        guard proceed else { return }
+        let path = configuration.socketPath
+        ClientBootstrap(group: eventLoop)
+            .channelOption(
+                ChannelOptions.recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16_384, maximum: 1 << 20)
+            )
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(DaemonChannelHandler(core: self))
+                }
+            }
+            .connect(unixDomainSocketPath: path)
+            .whenComplete { result in
+                switch result {
+                case .success(let channel): self.channelConnected(channel)
+                case .failure(let error): self.connectFailed(Self.describe(error))
+                }
+            }
+    }
+
+    private func channelConnected(_ channel: Channel) {
+        let accepted = state.withLockedValue { state -> Bool in
+            guard case .connecting = state.phase else { return false }
+            state.phase = .handshaking(channel)
+            state.closingError = nil
+            // HELLO first, then every live subscription, pipelined without waiting for WELCOME.
+            var buffer = channel.allocator.buffer(capacity: 256)
+            ClientFrame.hello(.init(clientName: configuration.clientName)).encode(into: &buffer)
+            for (name, entry) in state.names where !NotificationName.isProcessLocal(name) {
+                let requestID = state.makeRequestID()
+                state.pending[requestID] = .subscribe(name: name)
+                ClientFrame.subscribe(requestID: requestID, subscriptionID: entry.subscriptionID, name: name)
+                    .encode(into: &buffer)
+            }
+            state.outgoing = buffer
+            state.flushScheduled = true
+            return true
+        }
+        if accepted {
+            flushOutgoing()
+        } else {
+            channel.close(promise: nil)
+        }
+    }
+
+    private func connectFailed(_ reason: String) {
+        let reconnects = configuration.reconnect.isEnabled
+        let outcome = state.withLockedValue { state -> ([State.ConnectWaiter], Double)? in
+            guard case .connecting = state.phase else { return nil }
+            state.lastFailure = reason
+            state.phase = .waitingToReconnect
+            let failing = state.connectWaiters.filter { $0.value.failFast || !reconnects }
+            for id in failing.keys { state.connectWaiters.removeValue(forKey: id) }
+            return (Array(failing.values), nextDelay(&state))
+        }
+        guard let (waiters, delay) = outcome else { return }
+        let error = NotifyError.cannotConnect(path: configuration.socketPath, reason: reason)
+        for waiter in waiters { waiter.continuation.resume(throwing: error) }
+        logger.debug("connection attempt failed", metadata: ["reason": "\(reason)"])
+        scheduleReconnect(after: delay)
+    }
+
+    private func scheduleReconnect(after delay: Double) {
+        guard configuration.reconnect.isEnabled else { return }
+        eventLoop.scheduleTask(in: .nanoseconds(Int64(delay * 1e9))) { self.startConnecting() }
+    }
+
+    private func nextDelay(_ state: inout State) -> Double {
+        let delay = state.reconnectDelay
+        state.reconnectDelay = min(delay * 2, configuration.reconnect.maximumDelay)
+        return delay
+    }
+
+    /// Called by the channel handler when a channel this core opened has closed.
+    func channelClosed(_ channel: Channel, reason: String?) {
+        let outcome = state.withLockedValue { state -> (Bool, [State.PendingRequest], String) in
+            guard let current = state.channel, current === channel else { return (false, [], "") }
+            let why = state.closingError.map { "daemon closed the connection: \($0)" } ?? reason ?? "connection closed by the daemon"
+            state.phase = .waitingToReconnect
+            state.lastFailure = why
+            state.outgoing.clear()
+            state.flushScheduled = false
+            let pending = Array(state.pending.values)
+            state.pending.removeAll()
+            return (true, pending, why)
+        }
+        guard outcome.0 else { return }
+        Self.fail(outcome.1, with: NotifyError.connectionLost(reason: outcome.2))
+        logger.notice("disconnected from notifyd", metadata: ["reason": "\(outcome.2)"])
+        emit(.disconnected(reason: outcome.2))
+        scheduleReconnect(after: state.withLockedValue { nextDelay(&$0) })
+    }
+
+    /// Waits until the handshake has completed.
+    ///
+    /// - Parameters:
+    ///   - failFast: throw ``NotifyError/cannotConnect(path:reason:)`` at the first failed attempt.
+    ///   - timeout: give up after this many seconds.
+    func waitUntilConnected(failFast: Bool, timeout: Double?) async throws {
+        let waiterID = state.withLockedValue { state -> UInt64 in
+            defer { state.nextWaiterID += 1 }
+            return state.nextWaiterID
+        }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+            let immediate: Result<Void, Error>? = state.withLockedValue { state in
+                switch state.phase {
+                case .connected: return .success(())
+                case .closed: return .failure(NotifyError.closed)
+                case .waitingToReconnect where failFast:
+                    return .failure(
+                        NotifyError.cannotConnect(
+                            path: configuration.socketPath, reason: state.lastFailure ?? "not connected"))
+                case .idle, .connecting, .handshaking, .waitingToReconnect:
+                    state.connectWaiters[waiterID] = State.ConnectWaiter(continuation: continuation, failFast: failFast)
+                    return nil
+                }
+            }
+            if let immediate {
+                continuation.resume(with: immediate)
+                return
+            }
+            if let timeout {
+                eventLoop.scheduleTask(in: .nanoseconds(Int64(timeout * 1e9))) {
+                    let waiter = self.state.withLockedValue { $0.connectWaiters.removeValue(forKey: waiterID) }
+                    waiter?.continuation.resume(
+                        throwing: NotifyError.timedOut(operation: "connecting to notifyd", seconds: timeout))
+                }
+            }
+        }
+    }
+
+    // MARK: Incoming frames
+
+    /// Handles one frame from `channel` (on the I/O thread).
+    func received(_ frame: ServerFrame, on channel: Channel) {
+        switch frame {
+        case .notification(let notification):
+            deliver(notification)
+        case .welcome(let welcome):
+            handleWelcome(welcome, on: channel)
+        case .ok(let requestID):
+            _ = state.withLockedValue { $0.pending.removeValue(forKey: requestID) }
+        case .pong(let requestID):
+            if case .ping(let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
+                continuation.resume()
+            }
+        case .posted(let requestID, let sequence, let delivered):
+            if case .post(_, let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
+                continuation.resume(returning: PostReceipt(sequence: sequence, deliveredCount: Int(delivered)))
+            }
+        case .overflow(let dropped):
+            logger.warning("the daemon dropped notifications for this client", metadata: ["count": "\(dropped)"])
+            emit(.notificationsDropped(count: dropped))
+        case .error(let error):
+            handleError(error)
+        }
+    }
+
+    private func handleWelcome(_ welcome: ServerFrame.Welcome, on channel: Channel) {
+        let outcome = state.withLockedValue { state -> (restarted: Bool, waiters: [State.ConnectWaiter])? in
+            guard case .handshaking(let current) = state.phase, current === channel else { return nil }
+            state.phase = .connected(channel, welcome)
+            let restarted = state.lastInstanceID.map { $0 != welcome.instanceID } ?? false
+            state.lastInstanceID = welcome.instanceID
+            state.reconnectDelay = configuration.reconnect.initialDelay
+            state.lastFailure = nil
+            let waiters = Array(state.connectWaiters.values)
+            state.connectWaiters.removeAll()
+            return (restarted, waiters)
+        }
+        guard let outcome else { return }
+        logger.debug(
+            "connected to notifyd",
+            metadata: ["instance": "\(welcome.instanceID)", "daemonRestarted": "\(outcome.restarted)"])
+        for waiter in outcome.waiters { waiter.continuation.resume() }
+        emit(.connected(daemonRestarted: outcome.restarted, instanceID: welcome.instanceID))
+    }
+
+    private func handleError(_ error: ErrorFrame) {
+        if error.closesConnection {
+            state.withLockedValue { $0.closingError = error }
+            logger.notice("notifyd is closing the connection", metadata: ["error": "\(error)"])
+            return
+        }
+        let request = state.withLockedValue { $0.pending.removeValue(forKey: error.requestID) }
+        let rejection = NotifyError.rejected(code: error.code, message: error.message)
+        switch request {
+        case .ping(let continuation):
+            continuation.resume(throwing: rejection)
+        case .post(_, let continuation):
+            continuation.resume(throwing: rejection)
+        case .subscribe(let name):
+            logger.error("subscription rejected", metadata: ["name": "\(name)", "error": "\(error)"])
+            emit(.requestRejected(operation: "subscribe to \(name)", error: error.description))
+        case .unsubscribe(let name):
+            logger.debug("unsubscribe rejected", metadata: ["name": "\(name)", "error": "\(error)"])
+        case nil:
+            let operation = error.requestID & 0x8000_0000 != 0 ? "post" : "request \(error.requestID)"
+            logger.error("request rejected", metadata: ["operation": "\(operation)", "error": "\(error)"])
+            emit(.requestRejected(operation: operation, error: error.description))
+        }
+    }
+
+    private func deliver(_ frame: NotificationFrame) {
+        guard let observers = state.withLockedValue({ $0.names[frame.name]?.observations }), !observers.isEmpty else {
+            return
+        }
+        let notification = ReceivedNotification(
+            name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
+            sender: frame.sender)
+        for observer in observers { observer.deliver(notification) }
+    }
+
+    // MARK: Outgoing frames
+
+    /// Appends a frame for the daemon; frames appended by any thread are written in append order, batched
+    /// into one write per I/O-thread turn.
+    private func enqueueLocked(_ frame: ClientFrame, _ state: inout State) -> Bool {
+        frame.encode(into: &state.outgoing)
+        if state.flushScheduled { return false }
+        state.flushScheduled = true
+        return true
+    }
+
+    private func scheduleFlush() {
+        eventLoop.execute { self.flushOutgoing() }
+    }
+
+    private func flushOutgoing() {
+        let batch = state.withLockedValue { state -> (Channel, ByteBuffer)? in
+            state.flushScheduled = false
+            guard let channel = state.channel, state.outgoing.readableBytes > 0 else { return nil }
+            let bytes = state.outgoing
+            state.outgoing = channel.allocator.buffer(capacity: min(max(bytes.readableBytes, 256), 65_536))
+            return (channel, bytes)
+        }
+        if let (channel, bytes) = batch {
+            channel.writeAndFlush(bytes, promise: nil)
+        }
+    }
+
+    // MARK: Requests
+
+    func post(_ name: String, payload: ByteBuffer) throws(NotifyError) {
+        try validate(name)
+        if NotificationName.isProcessLocal(name) {
+            postLocally(name, payload: payload)
+            return
+        }
+        let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
+            guard state.channel != nil else { return .failure(notConnectedError(state)) }
+            do throws(NotifyError) { try checkPayload(payload, state.limits) } catch { return .failure(error) }
+            let post = ClientFrame.Post(requestID: state.makeUnacknowledgedPostID(), name: name, payload: payload)
+            return .success(enqueueLocked(.post(post), &state))
+        }
+        if try outcome.get() { scheduleFlush() }
+    }
+
+    func postAcknowledged(_ name: String, payload: ByteBuffer) async throws -> PostReceipt {
+        try validate(name)
+        if NotificationName.isProcessLocal(name) {
+            let delivered = postLocally(name, payload: payload)
+            return PostReceipt(sequence: 0, deliveredCount: delivered > 0 ? 1 : 0)
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
+                guard state.channel != nil else { return .failure(notConnectedError(state)) }
+                do throws(NotifyError) { try checkPayload(payload, state.limits) } catch { return .failure(error) }
+                let requestID = state.makeRequestID()
+                state.pending[requestID] = .post(name: name, continuation)
+                let post = ClientFrame.Post(requestID: requestID, flags: .ackWanted, name: name, payload: payload)
+                return .success(enqueueLocked(.post(post), &state))
+            }
+            switch outcome {
+            case .failure(let error): continuation.resume(throwing: error)
+            case .success(let schedule): if schedule { scheduleFlush() }
+            }
+        }
+    }
+
+    func synchronize() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+            let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
+                guard state.channel != nil else { return .failure(notConnectedError(state)) }
+                let requestID = state.makeRequestID()
+                state.pending[requestID] = .ping(continuation)
+                return .success(enqueueLocked(.ping(requestID: requestID), &state))
+            }
+            switch outcome {
+            case .failure(let error): continuation.resume(throwing: error)
+            case .success(let schedule): if schedule { scheduleFlush() }
+            }
+        }
+    }
+
+    @discardableResult
+    private func postLocally(_ name: String, payload: ByteBuffer) -> Int {
+        guard let observers = state.withLockedValue({ $0.names[name]?.observations }) else { return 0 }
+        let notification = ReceivedNotification(
+            name: name, payload: Array(payload.readableBytesView), sequence: 0, sender: localSender)
+        for observer in observers { observer.deliver(notification) }
+        return observers.count
+    }
+
+    // MARK: Observations
+
+    func addObservation(
+        _ name: String, target: DeliveryTarget, handler: @escaping @Sendable (ReceivedNotification) -> Void
+    ) throws(NotifyError) -> ObservationCore {
+        try validate(name)
+        let (core, schedule) = state.withLockedValue { state -> (ObservationCore, Bool) in
+            let id = state.nextObservationID
+            state.nextObservationID += 1
+            let core = ObservationCore(
+                id: id, name: name, executor: target.makeExecutor(label: "notify.observation.\(id)"), handler: handler)
+            if state.names[name] != nil {
+                state.names[name]!.observations.append(core)
+                return (core, false)
+            }
+            let subscriptionID = state.nextSubscriptionID
+            state.nextSubscriptionID &+= 1
+            state.names[name] = State.NameEntry(subscriptionID: subscriptionID, observations: [core])
+            guard !NotificationName.isProcessLocal(name), state.channel != nil else { return (core, false) }
+            let requestID = state.makeRequestID()
+            state.pending[requestID] = .subscribe(name: name)
+            return (core, enqueueLocked(.subscribe(requestID: requestID, subscriptionID: subscriptionID, name: name), &state))
+        }
+        if schedule { scheduleFlush() }
+        return core
+    }
+
+    func remove(_ core: ObservationCore) {
+        let schedule = state.withLockedValue { state -> Bool in
+            guard var entry = state.names[core.name] else { return false }
+            entry.observations.removeAll { $0 === core }
+            guard entry.observations.isEmpty else {
+                state.names[core.name] = entry
+                return false
+            }
+            state.names.removeValue(forKey: core.name)
+            guard !NotificationName.isProcessLocal(core.name), state.channel != nil else { return false }
+            let requestID = state.makeRequestID()
+            state.pending[requestID] = .unsubscribe(name: core.name)
+            return enqueueLocked(.unsubscribe(requestID: requestID, subscriptionID: entry.subscriptionID), &state)
+        }
+        if schedule { scheduleFlush() }
+    }
+
+    // MARK: Events
+
+    func connectionEvents() -> AsyncStream<ConnectionEvent> {
+        let (stream, continuation) = AsyncStream<ConnectionEvent>.makeStream(bufferingPolicy: .bufferingNewest(256))
+        let id = state.withLockedValue { state -> UInt64? in
+            if case .closed = state.phase { return nil }
+            let id = state.nextWaiterID
+            state.nextWaiterID += 1
+            state.eventContinuations[id] = continuation
+            return id
+        }
+        guard let id else {
+            continuation.finish()
+            return stream
+        }
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.state.withLockedValue { $0.eventContinuations.removeValue(forKey: id) }
+        }
+        return stream
+    }
+
+    private func emit(_ event: ConnectionEvent) {
+        let streams = state.withLockedValue { Array($0.eventContinuations.values) }
+        for stream in streams { stream.yield(event) }
+    }
+
+    // MARK: Helpers
+
+    private func validate(_ name: String) throws(NotifyError) {
+        do {
+            try NotificationName.validate(name)
+        } catch {
+            throw NotifyError.invalidName(error)
+        }
+    }
+
+    private func checkPayload(_ payload: ByteBuffer, _ limits: ServerLimits) throws(NotifyError) {
+        if payload.readableBytes > Int(limits.maxPayloadLength) {
+            throw NotifyError.payloadTooLarge(size: payload.readableBytes, limit: Int(limits.maxPayloadLength))
+        }
+    }
+
+    private func notConnectedError(_ state: State) -> NotifyError {
+        if case .closed = state.phase { return .closed }
+        return .notConnected(path: configuration.socketPath)
+    }
+
+    private static func fail(_ requests: [State.PendingRequest], with error: Error) {
+        for request in requests {
+            switch request {
+            case .ping(let continuation): continuation.resume(throwing: error)
+            case .post(_, let continuation): continuation.resume(throwing: error)
+            case .subscribe, .unsubscribe: break
+            }
+        }
+    }
+
+    static func describe(_ error: Error) -> String {
+        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
+        return "\(error)"
+    }
+}

@@ -1,0 +1,131 @@
+import Foundation
+import NIOCore
+import NotifyWire
+
+/// A connection to the notifyd daemon: post notifications by name, and observe names with handlers that run
+/// on the thread, queue or actor you choose.
+///
+/// ```swift
+/// let center = try await NotifyCenter.connect()
+/// let observation = try center.observe("com.example.hello", on: .queue(.main)) { notification in
+///     print("hello from pid \(notification.sender.pid): \(notification.payloadString ?? "")")
+/// }
+/// try center.post("com.example.hello", text: "hi")
+/// ```
+///
+/// A center owns one connection and one I/O thread. It reconnects by itself when the daemon goes away and
+/// resubscribes every live observation. Names starting with `self.` never leave the process.
+public final class NotifyCenter: Sendable {
+    let core: CenterCore
+
+    /// The configuration the center was created with.
+    public var configuration: Configuration { core.configuration }
+
+    /// Creates a center and starts connecting in the background; use ``waitUntilConnected(timeout:)`` or
+    /// ``connect(configuration:timeout:)`` to wait for the connection.
+    public init(configuration: Configuration = Configuration()) {
+        core = CenterCore(configuration: configuration)
+        core.start()
+    }
+
+    deinit {
+        core.closeInBackground()
+    }
+
+    /// The process-wide center on the default socket, created (and connecting) on first use.
+    public static let `default` = NotifyCenter()
+
+    /// Creates a center and waits for its first connection.
+    ///
+    /// - Parameter timeout: seconds to wait for the handshake once a connection was accepted.
+    /// - Throws: ``NotifyError/cannotConnect(path:reason:)`` at once when no daemon accepts the connection,
+    ///   ``NotifyError/timedOut(operation:seconds:)`` when the handshake takes too long.
+    public static func connect(configuration: Configuration = Configuration(), timeout: Double? = 10) async throws
+        -> NotifyCenter
+    {
+        let center = NotifyCenter(configuration: configuration)
+        try await center.core.waitUntilConnected(failFast: true, timeout: timeout)
+        return center
+    }
+
+    /// Waits until the center is connected, through as many reconnection attempts as it takes.
+    ///
+    /// - Parameter timeout: seconds to wait at most; `nil` waits indefinitely.
+    public func waitUntilConnected(timeout: Double? = nil) async throws {
+        try await core.waitUntilConnected(failFast: false, timeout: timeout)
+    }
+
+    /// Closes the connection and stops the I/O thread. Pending requests fail with ``NotifyError/closed``;
+    /// observations stop receiving notifications.
+    public func close() async {
+        await core.close()
+    }
+
+    // MARK: Posting
+
+    /// Posts a notification without waiting for the daemon.
+    ///
+    /// Posts from one center are sent in the order they were made, batched with other frames. If the daemon
+    /// rejects the post (for example for permission reasons), the rejection arrives later as a
+    /// ``ConnectionEvent/requestRejected(operation:error:)`` event; use ``postAndWait(_:payload:)`` to get it
+    /// as an error instead.
+    ///
+    /// - Throws: ``NotifyError/invalidName(_:)``, ``NotifyError/payloadTooLarge(size:limit:)``, or
+    ///   ``NotifyError/notConnected(path:)`` while the center is between connections.
+    public func post(_ name: String, payload: some Collection<UInt8> = [UInt8]()) throws {
+        try core.post(name, payload: ByteBuffer(bytes: payload))
+    }
+
+    /// Posts a notification whose payload is `text` in UTF-8.
+    public func post(_ name: String, text: String) throws {
+        try core.post(name, payload: ByteBuffer(string: text))
+    }
+
+    /// Posts a notification and waits for the daemon's receipt: the sequence number and how many connections it
+    /// was delivered to.
+    ///
+    /// - Throws: as ``post(_:payload:)``, plus ``NotifyError/rejected(code:message:)`` when the daemon refuses
+    ///   it and ``NotifyError/connectionLost(reason:)`` when the connection ends first.
+    @discardableResult
+    public func postAndWait(_ name: String, payload: some Collection<UInt8> = [UInt8]()) async throws -> PostReceipt {
+        try await core.postAcknowledged(name, payload: ByteBuffer(bytes: payload))
+    }
+
+    /// Returns once the daemon has processed everything this center sent before the call: subscriptions made
+    /// before it are active, and posts made before it have been queued to every subscriber.
+    public func synchronize() async throws {
+        try await core.synchronize()
+    }
+
+    // MARK: Observing
+
+    /// Observes a name: `handler` runs on `target` for every notification posted under it, in the order the
+    /// daemon delivered them, until the returned ``Observation`` is cancelled or released.
+    ///
+    /// Several observations of one name in a process share one daemon subscription. Observations made while
+    /// disconnected become active when the connection is (re-)established; call ``synchronize()`` to wait
+    /// until the daemon has the subscription.
+    ///
+    /// - Throws: ``NotifyError/invalidName(_:)``.
+    public func observe(
+        _ name: String, on target: DeliveryTarget,
+        handler: @escaping @Sendable (ReceivedNotification) -> Void
+    ) throws -> Observation {
+        let core = try core.addObservation(name, target: target, handler: handler)
+        return Observation(core: core, center: self)
+    }
+
+    /// The notifications posted under `name`, as an asynchronous sequence.
+    ///
+    /// The sequence buffers up to `bufferLimit` notifications that its consumer has not taken yet; when it is
+    /// full, the oldest is dropped and counted in ``NotificationSequence/droppedCount``. The subscription lasts
+    /// while the sequence or one of its iterators is alive.
+    public func notifications(named name: String, bufferLimit: Int = 1024) throws -> NotificationSequence {
+        try NotificationSequence(center: self, name: name, bufferLimit: bufferLimit)
+    }
+
+    /// Connection events (connected, disconnected, dropped notifications, rejected requests) from now on.
+    public func connectionEvents() -> AsyncStream<ConnectionEvent> {
+        core.connectionEvents()
+    }
+}

@@ -1,0 +1,43 @@
+import NotifyWire
+
+/// Errors reported by ``NotifyCenter``.
+public enum NotifyError: Error, Sendable, CustomStringConvertible {
+    /// No daemon accepted a connection at `path`.
+    case cannotConnect(path: String, reason: String)
+    /// The center is not connected to the daemon right now (it keeps reconnecting in the background).
+    case notConnected(path: String)
+    /// The connection ended before the daemon answered.
+    case connectionLost(reason: String)
+    /// The name does not follow the name grammar.
+    case invalidName(NameError)
+    /// The payload is larger than the daemon accepts.
+    case payloadTooLarge(size: Int, limit: Int)
+    /// The daemon rejected the request.
+    case rejected(code: ErrorCode?, message: String)
+    /// Waiting for the daemon took longer than the given time.
+    case timedOut(operation: String, seconds: Double)
+    /// The center was closed.
+    case closed
+
+    public var description: String {
+        switch self {
+        case .cannotConnect(let path, let reason):
+            return "cannot connect to notifyd at \(path): \(reason)"
+                + " (is the daemon running? start it with 'notifyd' or 'make run', or set NOTIFYD_SOCKET)"
+        case .notConnected(let path):
+            return "not connected to notifyd at \(path) (reconnecting in the background)"
+        case .connectionLost(let reason):
+            return "the connection to notifyd was lost: \(reason)"
+        case .invalidName(let error):
+            return error.description
+        case .payloadTooLarge(let size, let limit):
+            return "payload of \(size) bytes exceeds the daemon's limit of \(limit) bytes"
+        case .rejected(let code, let message):
+            return "notifyd rejected the request (\(code.map { "\($0)" } ?? "unknown error")): \(message)"
+        case .timedOut(let operation, let seconds):
+            return "\(operation) did not complete within \(seconds) seconds"
+        case .closed:
+            return "the notification center was closed"
+        }
+    }
+}

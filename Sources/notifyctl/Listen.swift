@@ -1,0 +1,120 @@
+import ArgumentParser
+import Foundation
+import Notify
+
+extension Notifyctl {
+    struct Listen: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print notifications as they arrive, one line each.",
+            discussion: """
+                Human form: time, name, sender pid and uid, and the payload as text (or hex when it is not UTF-8). \
+                With --json, one JSON object per line with the keys time, name, sequence, pid, uid, gid and \
+                payload (text) or payload_hex. A line on standard error says when listening has begun.
+                """)
+
+        @OptionGroup var connection: ConnectionOptions
+
+        @Argument(help: "One or more notification names.")
+        var names: [String]
+
+        @Option(name: .long, help: "Exit 0 after this many notifications.")
+        var count: Int?
+
+        @Option(
+            name: .long,
+            help: "Stop after this many seconds: with --count, a failure (exit 1) if fewer arrived; otherwise exit 0.")
+        var timeout: Double?
+
+        @Flag(name: .long, help: "Print one JSON object per line.")
+        var json = false
+
+        func validate() throws {
+            if names.isEmpty { throw ValidationError("give at least one notification name") }
+            if let count, count < 1 { throw ValidationError("--count must be at least 1") }
+            if let timeout, timeout <= 0 { throw ValidationError("--timeout must be a positive number of seconds") }
+        }
+
+        func run() async throws {
+            try await reportingFailures {
+                let center = try await connection.connect()
+                // One ordered stream for all names: handlers run on the I/O thread and only hand off.
+                let (stream, continuation) = AsyncStream<ReceivedNotification>.makeStream()
+                var observations: [Observation] = []
+                for name in names {
+                    observations.append(try center.observe(name, on: .immediate) { continuation.yield($0) })
+                }
+                try await center.synchronize()
+                StandardStreams.error("listening for \(names.joined(separator: ", "))")
+
+                let events = center.connectionEvents()
+                let eventTask = Task {
+                    for await event in events {
+                        StandardStreams.error("notifyctl: \(event)")
+                    }
+                }
+                defer { eventTask.cancel() }
+
+                let received = try await receive(stream, continuation: continuation)
+                if let count, received < count {
+                    throw CommandFailure(
+                        "timed out after \(timeout!) seconds: received \(received) of \(count) notifications")
+                }
+                withExtendedLifetime(observations) {}
+                await center.close()
+            }
+        }
+
+        /// Prints notifications until `count` arrived or the timeout passed; returns how many arrived.
+        private func receive(
+            _ stream: AsyncStream<ReceivedNotification>,
+            continuation: AsyncStream<ReceivedNotification>.Continuation
+        ) async throws -> Int {
+            if let timeout {
+                Task {
+                    try? await Task.sleep(nanoseconds: UInt64(timeout * 1e9))
+                    continuation.finish()
+                }
+            }
+            var received = 0
+            let formatter = LineFormatter(json: json)
+            for await notification in stream {
+                StandardStreams.output(formatter.format(notification))
+                received += 1
+                if let count, received >= count { break }
+            }
+            return received
+        }
+    }
+}
+
+/// Formats a notification as a human-readable or JSON line.
+struct LineFormatter {
+    let json: Bool
+
+    func format(_ notification: ReceivedNotification) -> String {
+        let time = Date().formatted(.iso8601.time(includingFractionalSeconds: true))
+        if json {
+            var object: [String: Any] = [
+                "time": Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true)),
+                "name": notification.name,
+                "sequence": notification.sequence,
+                "pid": notification.sender.pid,
+                "uid": notification.sender.uid,
+                "gid": notification.sender.gid,
+            ]
+            if let text = notification.payloadString {
+                object["payload"] = text
+            } else {
+                object["payload_hex"] = hex(notification.payload)
+            }
+            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+            return String(decoding: data, as: UTF8.self)
+        }
+        let payload = notification.payloadString.map { $0.isEmpty ? "" : " " + $0 } ?? " (hex) " + hex(notification.payload)
+        return "\(time) \(notification.name) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(payload)"
+    }
+
+    private func hex(_ bytes: [UInt8]) -> String {
+        bytes.map { String(format: "%02x", $0) }.joined()
+    }
+}
