@@ -29,6 +29,7 @@ let package = Package(
                 "NotifyWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -99,7 +100,10 @@ let package = Package(
         ),
         .testTarget(
             name: "NotifyTests",
-            dependencies: ["Notify", "NotifyWire"]
+            dependencies: [
+                "Notify", "NotifyWire", "NotifyServer",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "IntegrationTests",

@@ -30,6 +30,8 @@ final class ClientConnection: ChannelInboundHandler {
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     private(set) var credentials = SenderCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
     private(set) var clientName = ""
+    /// The connection's number in accept order.
+    private(set) var number: UInt64 = 0
     /// Subscription id → name.
     private var subscriptions: [UInt32: String] = [:]
     /// Name → number of this connection's subscriptions naming it.
@@ -53,7 +55,7 @@ final class ClientConnection: ChannelInboundHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        let number = router.register(self)
+        number = router.register(self)
         if let peer = PeerCredentials.read(from: context.channel) {
             credentials = peer
         }

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import NotifyWire
@@ -24,6 +25,8 @@ public final class NotifyServer: Service, Sendable {
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
     private let onListening: @Sendable (String) -> Void
+    private let listener = NIOLockedValueBox<Channel?>(nil)
+    private let router = NIOLockedValueBox<NIOLoopBound<SubscriptionRouter>?>(nil)
 
     /// Creates a server; nothing happens until ``run()``.
     ///
@@ -54,6 +57,8 @@ public final class NotifyServer: Service, Sendable {
                 eventLoop: eventLoop)
         }.get()
 
+        self.router.withLockedValue { $0 = router }
+        defer { self.router.withLockedValue { $0 = nil } }
         let (channel, createdPath) = try await bind(router: router)
         logger.info(
             "notifyd listening",
@@ -62,17 +67,35 @@ public final class NotifyServer: Service, Sendable {
             ])
         onListening(configuration.listenAddress.description)
 
-        await withGracefulShutdownHandler {
-            try? await channel.closeFuture.get()
-        } onGracefulShutdown: {
+        listener.withLockedValue { $0 = channel }
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                try? await channel.closeFuture.get()
+            } onGracefulShutdown: {
+                channel.close(promise: nil)
+            }
+        } onCancel: {
             channel.close(promise: nil)
         }
+        listener.withLockedValue { $0 = nil }
         try? await channel.close().get()
 
         await closeClients(router: router, on: eventLoop)
         if let createdPath { _ = unlink(createdPath) }
         logger.info("notifyd stopped")
         try await group.shutdownGracefully()
+    }
+
+    /// Starts a graceful shutdown, as SIGTERM does under a `ServiceGroup`: stop accepting, write what is queued,
+    /// close every connection, and return from ``run()``.
+    public func shutdown() {
+        listener.withLockedValue { $0 }?.close(promise: nil)
+    }
+
+    /// A snapshot of connections and counters, or `nil` when the server is not running.
+    public func snapshot() async -> ServerSnapshot? {
+        guard let router = router.withLockedValue({ $0 }) else { return nil }
+        return try? await router.eventLoop.submit { router.value.snapshot() }.get()
     }
 
     private func bind(router: NIOLoopBound<SubscriptionRouter>) async throws -> (Channel, String?) {

@@ -1,0 +1,47 @@
+import NotifyWire
+
+/// A point-in-time view of the daemon's state, for introspection and tests.
+public struct ServerSnapshot: Sendable {
+    /// One client connection.
+    public struct Client: Sendable {
+        /// The connection's number in accept order (1 for the first).
+        public var number: UInt64
+        /// The peer's credentials.
+        public var credentials: SenderCredentials
+        /// The name the client gave in `HELLO`.
+        public var clientName: String
+        /// Subscriptions the connection holds.
+        public var subscriptions: Int
+        /// Bytes queued for it and not yet written to its socket.
+        public var pendingBytes: Int
+        /// Notifications dropped for it because its queue was full.
+        public var droppedNotifications: UInt64
+    }
+
+    /// The open connections.
+    public var clients: [Client]
+    /// Names with at least one subscriber.
+    public var names: Int
+    /// Accepted posts since start (also the last sequence number).
+    public var posts: UInt64
+    /// Notifications queued to connections since start.
+    public var deliveries: UInt64
+    /// Notifications dropped by outbound bounds since start.
+    public var dropped: UInt64
+    /// The per-connection bound on pending bytes.
+    public var outboundByteLimit: Int
+}
+
+extension SubscriptionRouter {
+    func snapshot() -> ServerSnapshot {
+        ServerSnapshot(
+            clients: connections.values.map { connection in
+                ServerSnapshot.Client(
+                    number: connection.number, credentials: connection.credentials, clientName: connection.clientName,
+                    subscriptions: connection.subscriptionCount, pendingBytes: connection.pendingOutboundBytes,
+                    droppedNotifications: connection.droppedNotifications)
+            }.sorted { $0.number < $1.number },
+            names: nameCount, posts: statistics.posts, deliveries: statistics.deliveries,
+            dropped: statistics.dropped, outboundByteLimit: configuration.outboundByteLimit)
+    }
+}
