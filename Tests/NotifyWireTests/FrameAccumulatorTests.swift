@@ -1,0 +1,170 @@
+import NIOCore
+import NotifyWire
+import Testing
+
+@Suite("FrameAccumulator")
+struct FrameAccumulatorTests {
+    /// A stream of client frames of every type, including a few large ones and edge values.
+    static let clientFrames: [ClientFrame] = {
+        var frames: [ClientFrame] = [
+            .hello(.init(clientName: "stream-test")),
+            .subscribe(requestID: 1, subscriptionID: 0, name: "org.example.a"),
+            .subscribe(requestID: 2, subscriptionID: .max, name: "de.beispiel.größe"),
+            .post(.init(requestID: 3, flags: .ackWanted, name: "org.example.a", payload: ByteBuffer(string: "x"))),
+            .post(.init(requestID: 4, name: "org.example.a", payload: ByteBuffer())),
+            .ping(requestID: 5),
+            .unsubscribe(requestID: 6, subscriptionID: 0),
+            .hello(.init(version: 9, flags: 0xFFFF_FFFF, clientName: "")),
+        ]
+        for index in 0..<5 {
+            let size = [1, 255, 4_096, 65_536, 70_000][index]
+            let payload = ByteBuffer(bytes: (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ index) })
+            frames.append(.post(.init(requestID: UInt32(100 + index), name: "big.\(index)", payload: payload)))
+        }
+        return frames
+    }()
+
+    static let serverFrames: [ServerFrame] = [
+        .welcome(
+            .init(
+                daemonPID: 1, instanceID: InstanceID(high: 1, low: 2), limits: .default, serverName: "notifyd test")),
+        .ok(requestID: 1),
+        .notification(
+            NotificationFrame(
+                sequence: 1, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "a.b",
+                payload: ByteBuffer(bytes: Array(repeating: 0xAB, count: 3_000)))),
+        .posted(requestID: 3, sequence: .max, deliveredCount: .max),
+        .overflow(droppedCount: 1),
+        .pong(requestID: 5),
+        .error(ErrorFrame(requestID: 0, code: .internalError, message: "bye")),
+    ]
+
+    static var clientStream: [UInt8] { clientFrames.flatMap(\.encodedBytes) }
+    static var serverStream: [UInt8] { serverFrames.flatMap(\.encodedBytes) }
+
+    @Test("the whole stream in one read")
+    func oneRead() {
+        let result = decodeStream(chunks: [Self.clientStream[...]], as: ClientFrame.self, maxFrameLength: 131_072)
+        #expect(result.error == nil)
+        #expect(result.frames == Self.clientFrames)
+    }
+
+    @Test("one byte at a time")
+    func oneByteAtATime() {
+        let stream = Self.clientStream
+        let chunks = stream.indices.map { stream[$0...$0] }
+        let result = decodeStream(chunks: chunks, as: ClientFrame.self, maxFrameLength: 131_072)
+        #expect(result.error == nil)
+        #expect(result.frames == Self.clientFrames)
+
+        let serverStream = Self.serverStream
+        let serverResult = decodeStream(
+            chunks: serverStream.indices.map { serverStream[$0...$0] }, as: ServerFrame.self, maxFrameLength: 131_072)
+        #expect(serverResult.error == nil)
+        #expect(serverResult.frames == Self.serverFrames)
+    }
+
+    @Test("random chunk sizes", arguments: [1, 2, 3, 42, 0xDEAD_BEEF] as [UInt64])
+    func randomChunks(seed: UInt64) {
+        var generator = SplitMix64(seed: seed)
+        for maxChunk in [3, 17, 1_000, 100_000] {
+            let chunks = NotifyWireTests.randomChunks(of: Self.clientStream, maxChunk: maxChunk, using: &generator)
+            let result = decodeStream(chunks: chunks, as: ClientFrame.self, maxFrameLength: 131_072)
+            #expect(result.error == nil, "seed \(seed), max chunk \(maxChunk)")
+            #expect(result.frames == Self.clientFrames, "seed \(seed), max chunk \(maxChunk)")
+
+            let serverChunks = NotifyWireTests.randomChunks(of: Self.serverStream, maxChunk: maxChunk, using: &generator)
+            let serverResult = decodeStream(chunks: serverChunks, as: ServerFrame.self, maxFrameLength: 131_072)
+            #expect(serverResult.error == nil, "seed \(seed), max chunk \(maxChunk)")
+            #expect(serverResult.frames == Self.serverFrames, "seed \(seed), max chunk \(maxChunk)")
+        }
+    }
+
+    @Test("every split point of a two-frame stream")
+    func everySplitPoint() {
+        let frames: [ClientFrame] = [
+            .subscribe(requestID: 1, subscriptionID: 2, name: "org.example.x"),
+            .post(.init(requestID: 3, flags: .ackWanted, name: "org.example.x", payload: ByteBuffer(string: "hi"))),
+        ]
+        let stream = frames.flatMap(\.encodedBytes)
+        for split in 1..<stream.count {
+            let result = decodeStream(
+                chunks: [stream[..<split], stream[split...]], as: ClientFrame.self, maxFrameLength: 131_072)
+            #expect(result.error == nil, "split at \(split)")
+            #expect(result.frames == frames, "split at \(split)")
+        }
+    }
+
+    @Test("a long-lived stream with many partial frames stays correct")
+    func longStream() {
+        // Well over 64 KiB of frames cut in odd chunks, so the accumulator compacts its buffer while holding
+        // a partial frame.
+        let frames: [ClientFrame] = (0..<400).map { index in
+            .post(
+                .init(
+                    requestID: UInt32(index), name: "load.\(index % 7)",
+                    payload: ByteBuffer(bytes: Array(repeating: UInt8(index & 0xFF), count: 1_000 + index))))
+        }
+        let stream = frames.flatMap(\.encodedBytes)
+        #expect(stream.count > 400_000)
+        var generator = SplitMix64(seed: 7)
+        let chunks = NotifyWireTests.randomChunks(of: stream, maxChunk: 5_000, using: &generator)
+        let result = decodeStream(chunks: chunks, as: ClientFrame.self, maxFrameLength: 131_072)
+        #expect(result.error == nil)
+        #expect(result.frames.count == frames.count)
+        #expect(result.frames == frames)
+    }
+
+    @Test("bufferedBytes and finish")
+    func bufferedBytesAndFinish() throws {
+        var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
+        #expect(accumulator.bufferedBytes == 0)
+        #expect(try accumulator.next() == nil)
+        try accumulator.finish()  // nothing buffered: a clean end of stream
+
+        let ping = ClientFrame.ping(requestID: 7).encodedBytes
+        accumulator.append(ByteBuffer(bytes: ping[..<3]))
+        #expect(accumulator.bufferedBytes == 3)
+        #expect(try accumulator.next() == nil)
+        #expect(throws: WireDecodingError.truncatedFrame(bufferedBytes: 3)) { try accumulator.finish() }
+
+        accumulator.append(ByteBuffer(bytes: ping[3...] + ping[..<6]))
+        #expect(accumulator.bufferedBytes == ping.count + 6)
+        #expect(try accumulator.next() == .ping(requestID: 7))
+        #expect(accumulator.bufferedBytes == 6)
+        #expect(try accumulator.next() == nil)
+        #expect(throws: WireDecodingError.truncatedFrame(bufferedBytes: 6)) { try accumulator.finish() }
+
+        accumulator.append(ByteBuffer(bytes: ping[6...]))
+        #expect(try accumulator.next() == .ping(requestID: 7))
+        #expect(accumulator.bufferedBytes == 0)
+        #expect(try accumulator.next() == nil)
+        try accumulator.finish()
+    }
+
+    @Test("the accumulator's limit applies and can be raised after WELCOME")
+    func limit() throws {
+        let post = ClientFrame.post(
+            .init(requestID: 1, name: "a", payload: ByteBuffer(bytes: Array(repeating: 1, count: 70_000)))
+        ).encodedBytes
+        let length = UInt32(post.count - 4)
+        var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: ProtocolConstants.minimumMaxFrameLength)
+        accumulator.append(ByteBuffer(bytes: post[..<4]))
+        #expect(throws: WireDecodingError.frameTooLarge(length: length, limit: ProtocolConstants.minimumMaxFrameLength)) {
+            try accumulator.next()
+        }
+        var raised = FrameAccumulator<ClientFrame>(maxFrameLength: ProtocolConstants.minimumMaxFrameLength)
+        raised.maxFrameLength = 131_072
+        raised.append(ByteBuffer(bytes: post))
+        #expect(try raised.next()?.messageType == .post)
+    }
+
+    @Test("frames after an error are never returned")
+    func errorStopsTheStream() {
+        let stream = ClientFrame.ping(requestID: 1).encodedBytes + [0, 0, 0, 0] + ClientFrame.ping(requestID: 2).encodedBytes
+        let result = decodeStream(chunks: [stream[...]], as: ClientFrame.self, maxFrameLength: 131_072)
+        #expect(result.frames == [.ping(requestID: 1)])
+        #expect(result.error == .emptyFrame)
+        #expect(result.error?.code == .frameTooLarge)
+    }
+}

@@ -1,0 +1,259 @@
+import NIOCore
+import NotifyWire
+import Testing
+
+@Suite("Frame decoding")
+struct FrameDecodingTests {
+    /// One or more frames of every client type, with edge values.
+    static let clientFrames: [ClientFrame] = [
+        .hello(.init(clientName: "notifyctl")),
+        .hello(.init(version: .max, flags: .max, clientName: "")),
+        .hello(.init(clientName: "nul\u{0}inside")),
+        .subscribe(requestID: 0, subscriptionID: 0, name: ""),
+        .subscribe(requestID: .max, subscriptionID: .max, name: "日本.東京"),
+        .unsubscribe(requestID: 1, subscriptionID: .max),
+        .post(.init(requestID: 1, flags: [], name: "x", payload: ByteBuffer())),
+        .post(.init(requestID: 2, flags: PostFlags(rawValue: 0xFF), name: "x", payload: ByteBuffer(bytes: [0, 0xFF]))),
+        .ping(requestID: 0),
+        .ping(requestID: .max),
+    ]
+
+    static let serverFrames: [ServerFrame] = [
+        .welcome(
+            .init(
+                version: 1, daemonPID: .max, instanceID: InstanceID(high: .max, low: 0),
+                limits: ServerLimits(maxNameLength: 0, maxPayloadLength: .max, maxFrameLength: 0, maxSubscriptions: .max),
+                serverName: "")),
+        .ok(requestID: .max),
+        .posted(requestID: 0, sequence: 0, deliveredCount: 0),
+        .posted(requestID: .max, sequence: .max, deliveredCount: .max),
+        .pong(requestID: 12),
+        .notification(
+            .init(
+                sequence: 1, sender: SenderCredentials(pid: 0, uid: 0, gid: 0), name: "", payload: ByteBuffer())),
+        .overflow(droppedCount: .max),
+        .error(ErrorFrame(requestID: 0, rawCode: 0, closesConnection: true, message: "")),
+        .error(ErrorFrame(requestID: 5, code: .payloadTooLarge, message: "ünïcödé")),
+    ]
+
+    @Test("every client frame round-trips")
+    func clientRoundTrip() {
+        for frame in Self.clientFrames {
+            let bytes = frame.encodedBytes
+            #expect(Array(bytes.prefix(4)) == lengthPrefix(bytes.count - 4))
+            #expect(bytes[4] == frame.messageType.rawValue)
+            let decoded = decodeOne(bytes, as: ClientFrame.self)
+            #expect(decoded.frame == frame)
+            #expect(decoded.remaining == 0)
+        }
+    }
+
+    @Test("every server frame round-trips")
+    func serverRoundTrip() {
+        for frame in Self.serverFrames {
+            let bytes = frame.encodedBytes
+            #expect(Array(bytes.prefix(4)) == lengthPrefix(bytes.count - 4))
+            #expect(bytes[4] == frame.messageType.rawValue)
+            let decoded = decodeOne(bytes, as: ServerFrame.self)
+            #expect(decoded.frame == frame)
+            #expect(decoded.remaining == 0)
+        }
+    }
+
+    @Test("fixed frame sizes match the specification's tables")
+    func frameSizes() {
+        // Total bytes on the wire, from PROTOCOL.md § 6 and § 7 (n = string bytes, p = payload bytes).
+        #expect(ClientFrame.hello(.init(clientName: "abc")).encodedBytes.count == 13 + 3)
+        #expect(ClientFrame.subscribe(requestID: 1, subscriptionID: 1, name: "abc").encodedBytes.count == 15 + 3)
+        #expect(ClientFrame.unsubscribe(requestID: 1, subscriptionID: 1).encodedBytes.count == 13)
+        #expect(
+            ClientFrame.post(.init(requestID: 1, name: "abc", payload: ByteBuffer(string: "12345"))).encodedBytes.count
+                == 16 + 3 + 5)
+        #expect(ClientFrame.ping(requestID: 1).encodedBytes.count == 9)
+        #expect(
+            ServerFrame.welcome(
+                .init(daemonPID: 1, instanceID: InstanceID(high: 0, low: 0), limits: .default, serverName: "abc")
+            ).encodedBytes.count == 43 + 3)
+        #expect(ServerFrame.ok(requestID: 1).encodedBytes.count == 9)
+        #expect(ServerFrame.posted(requestID: 1, sequence: 1, deliveredCount: 1).encodedBytes.count == 21)
+        #expect(ServerFrame.pong(requestID: 1).encodedBytes.count == 9)
+        #expect(ServerFrame.overflow(droppedCount: 1).encodedBytes.count == 13)
+        #expect(ServerFrame.error(ErrorFrame(requestID: 1, code: .invalidName, message: "abc")).encodedBytes.count == 14 + 3)
+    }
+
+    @Test("incomplete input waits and consumes nothing")
+    func incomplete() {
+        let bytes = ClientFrame.ping(requestID: 3).encodedBytes
+        for count in 0..<bytes.count {
+            let result = decodeOne(Array(bytes.prefix(count)), as: ClientFrame.self)
+            #expect(result.frame == nil, "\(count) bytes")
+            #expect(result.error == nil, "\(count) bytes")
+            #expect(result.remaining == count, "\(count) bytes")
+        }
+    }
+
+    @Test("decodeFrame takes one frame and leaves the next")
+    func leavesFollowingBytes() throws {
+        let first = ClientFrame.ping(requestID: 1).encodedBytes
+        let second = ClientFrame.ping(requestID: 2).encodedBytes
+        var buffer = ByteBuffer(bytes: first + second.prefix(3))
+        #expect(try ClientFrame.decodeFrame(from: &buffer, maxFrameLength: 100) == .ping(requestID: 1))
+        #expect(buffer.readableBytes == 3)
+        #expect(try ClientFrame.decodeFrame(from: &buffer, maxFrameLength: 100) == nil)
+        #expect(buffer.readableBytes == 3)
+    }
+
+    @Test("a frame of exactly max_frame_length is accepted, one byte more is not")
+    func lengthBoundary() {
+        let limit = ProtocolConstants.minimumMaxFrameLength
+        let name = "org.example.big"
+        // POST length = 12 + n + p.
+        let payloadLength = Int(limit) - 12 - name.utf8.count
+        let atLimit = ClientFrame.post(
+            .init(requestID: 1, name: name, payload: ByteBuffer(bytes: Array(repeating: 7, count: payloadLength))))
+        let bytes = atLimit.encodedBytes
+        #expect(bytes.count == Int(limit) + 4)
+        #expect(decodeOne(bytes, as: ClientFrame.self, maxFrameLength: limit).frame == atLimit)
+        let over = ClientFrame.post(
+            .init(requestID: 1, name: name, payload: ByteBuffer(bytes: Array(repeating: 7, count: payloadLength + 1))))
+        #expect(
+            decodeOne(over.encodedBytes, as: ClientFrame.self, maxFrameLength: limit).error
+                == .frameTooLarge(length: limit + 1, limit: limit))
+        #expect(
+            decodeOne([0xFF, 0xFF, 0xFF, 0xFF], as: ServerFrame.self, maxFrameLength: limit).error
+                == .frameTooLarge(length: .max, limit: limit))
+    }
+
+    @Test("each type byte is accepted only in its own direction")
+    func typeBytes() {
+        // A frame of length 1: just a type byte, no fields.
+        for type in UInt8.min...UInt8.max {
+            let bytes: [UInt8] = [0, 0, 0, 1, type]
+            let client = decodeOne(bytes, as: ClientFrame.self).error
+            let server = decodeOne(bytes, as: ServerFrame.self).error
+            switch type {
+            case 0x01...0x05:
+                // A client type: the daemon reads its (missing) first field; a client refuses the type.
+                #expect(client?.code == .malformedFrame, "0x\(String(type, radix: 16))")
+                #expect(server == .unknownMessageType(type))
+            case 0x81...0x86, 0x8F:
+                #expect(client == .unknownMessageType(type))
+                #expect(server?.code == .malformedFrame, "0x\(String(type, radix: 16))")
+            default:
+                #expect(client == .unknownMessageType(type))
+                #expect(server == .unknownMessageType(type))
+            }
+        }
+    }
+
+    @Test("a frame cut short anywhere inside its fields is malformed")
+    func truncatedAnywhere() throws {
+        let frames: [[UInt8]] =
+            Self.clientFrames.map(\.encodedBytes) + Self.serverFrames.map(\.encodedBytes)
+            + (try GoldenVectors.valid.keys.sorted().map { try VectorFile.load($0).bytes })
+        for full in frames {
+            let type = full[4]
+            let isClient = type < 0x80
+            for bodyLength in 1..<(full.count - 4) {
+                let cut = lengthPrefix(bodyLength) + full[4..<(4 + bodyLength)]
+                let error =
+                    isClient
+                    ? decodeOne(cut, as: ClientFrame.self).error : decodeOne(cut, as: ServerFrame.self).error
+                guard case .truncatedField(let message, _)? = error else {
+                    Issue.record("type 0x\(String(type, radix: 16)) cut to \(bodyLength): \(String(describing: error))")
+                    continue
+                }
+                #expect(message.rawValue == type)
+            }
+        }
+    }
+
+    @Test("bytes after the last field are malformed")
+    func trailingBytes() {
+        let frames: [[UInt8]] = Self.clientFrames.map(\.encodedBytes) + Self.serverFrames.map(\.encodedBytes)
+        for full in frames {
+            for extra in [[UInt8(0)], [0xFF, 0xFF, 0xFF]] {
+                let padded = lengthPrefix(full.count - 4 + extra.count) + full[4...] + extra
+                let expected = WireDecodingError.trailingBytes(
+                    message: MessageType(rawValue: full[4])!, count: extra.count)
+                let error =
+                    full[4] < 0x80
+                    ? decodeOne(padded, as: ClientFrame.self).error : decodeOne(padded, as: ServerFrame.self).error
+                #expect(error == expected)
+            }
+        }
+    }
+
+    static let invalidUTF8Sequences: [[UInt8]] = [
+        [0x80],  // stray continuation byte
+        [0xBF],
+        [0xC3],  // sequence cut short by the end of the string
+        [0xE2, 0x82],
+        [0xF0, 0x9F, 0x98],
+        [0xC3, 0x28],  // bad continuation
+        [0xC0, 0xAE],  // overlong '.'
+        [0xC1, 0xBF],
+        [0xE0, 0x80, 0xAF],  // overlong '/'
+        [0xF0, 0x80, 0x80, 0xAF],
+        [0xED, 0xA0, 0x80],  // surrogates
+        [0xED, 0xBF, 0xBF],
+        [0xF4, 0x90, 0x80, 0x80],  // above U+10FFFF
+        [0xF5, 0x80, 0x80, 0x80],
+        [0xFE],
+        [0xFF],
+    ]
+
+    @Test("invalid UTF-8 in any string field is malformed", arguments: invalidUTF8Sequences)
+    func invalidUTF8(sequence: [UInt8]) {
+        func string(_ bytes: [UInt8]) -> [UInt8] { lengthPrefix(bytes.count).suffix(2) + bytes }
+        let bad = [0x61] + sequence + [0x62]  // "a" … "b"
+        // HELLO client_name
+        let hello: [UInt8] = [0x01, 0x00, 0x01, 0, 0, 0, 0] + string(bad)
+        #expect(
+            decodeOne(lengthPrefix(hello.count) + hello, as: ClientFrame.self).error
+                == .invalidUTF8(message: .hello, field: "client_name"))
+        // SUBSCRIBE name
+        let subscribe: [UInt8] = [0x02, 0, 0, 0, 1, 0, 0, 0, 1] + string(bad)
+        #expect(
+            decodeOne(lengthPrefix(subscribe.count) + subscribe, as: ClientFrame.self).error
+                == .invalidUTF8(message: .subscribe, field: "name"))
+        // POST name
+        let post: [UInt8] = [0x04, 0, 0, 0, 1, 0] + string(bad) + [0, 0, 0, 0]
+        #expect(
+            decodeOne(lengthPrefix(post.count) + post, as: ClientFrame.self).error
+                == .invalidUTF8(message: .post, field: "name"))
+        // NOTIFICATION name
+        let notification: [UInt8] = [0x85] + Array(repeating: 0, count: 20) + string(bad) + [0, 0, 0, 0]
+        #expect(
+            decodeOne(lengthPrefix(notification.count) + notification, as: ServerFrame.self).error
+                == .invalidUTF8(message: .notification, field: "name"))
+        // ERROR message
+        let error: [UInt8] = [0x8F, 0, 0, 0, 0, 0, 1, 1] + string(bad)
+        #expect(
+            decodeOne(lengthPrefix(error.count) + error, as: ServerFrame.self).error
+                == .invalidUTF8(message: .error, field: "message"))
+        // WELCOME server_name
+        let welcome: [UInt8] = [0x81, 0, 1] + Array(repeating: 0, count: 34) + string(bad)
+        #expect(
+            decodeOne(lengthPrefix(welcome.count) + welcome, as: ServerFrame.self).error
+                == .invalidUTF8(message: .welcome, field: "server_name"))
+    }
+
+    @Test("a multi-byte character may not straddle the end of a string")
+    func characterStraddlingStringEnd() {
+        // Name "aé" is 3 bytes; announce 2 so the string ends after the first byte of é, and let the
+        // second byte of é be the first byte of the payload length.
+        let post: [UInt8] = [0x04, 0, 0, 0, 1, 0, 0x00, 0x02, 0x61, 0xC3, 0xA9, 0, 0, 0]
+        #expect(
+            decodeOne(lengthPrefix(post.count) + post, as: ClientFrame.self).error
+                == .invalidUTF8(message: .post, field: "name"))
+    }
+
+    @Test("valid but unusual strings decode")
+    func unusualStrings() {
+        for name in ["", "\u{0}", "\u{FEFF}", "\u{10FFFF}", "😀", "e\u{301}"] {
+            let frame = ClientFrame.hello(.init(clientName: name))
+            #expect(decodeOne(frame.encodedBytes, as: ClientFrame.self).frame == frame, "\(name.unicodeScalars.map(\.value))")
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import NotifyWire
+import Testing
+
+@Suite("Protocol constants")
+struct ProtocolConstantsTests {
+    @Test("fixed numbers of PROTOCOL.md")
+    func constants() {
+        #expect(ProtocolConstants.version == 1)
+        #expect(ProtocolConstants.lengthPrefixSize == 4)
+        #expect(ProtocolConstants.minimumMaxFrameLength == 66_560)
+        #expect(ProtocolConstants.maxClientNameLength == 255)
+        #expect(ProtocolConstants.noRequest == 0)
+        #expect(NotificationName.maxLength == 255)
+    }
+
+    @Test("message type bytes and names")
+    func messageTypes() {
+        let expected: [(MessageType, UInt8, String, Bool)] = [
+            (.hello, 0x01, "HELLO", true), (.subscribe, 0x02, "SUBSCRIBE", true),
+            (.unsubscribe, 0x03, "UNSUBSCRIBE", true), (.post, 0x04, "POST", true), (.ping, 0x05, "PING", true),
+            (.welcome, 0x81, "WELCOME", false), (.ok, 0x82, "OK", false), (.posted, 0x83, "POSTED", false),
+            (.pong, 0x84, "PONG", false), (.notification, 0x85, "NOTIFICATION", false),
+            (.overflow, 0x86, "OVERFLOW", false), (.error, 0x8F, "ERROR", false),
+        ]
+        #expect(MessageType.allCases.count == expected.count)
+        for (type, raw, name, clientToDaemon) in expected {
+            #expect(type.rawValue == raw)
+            #expect(type.description == name)
+            #expect(type.isClientToDaemon == clientToDaemon)
+        }
+        #expect(PostFlags.ackWanted.rawValue == 0x01)
+        #expect(PostFlags.known.rawValue == 0x01)
+    }
+
+    @Test("default limits, and they are consistent")
+    func defaultLimits() {
+        let limits = ServerLimits.default
+        #expect(limits.maxNameLength == 255)
+        #expect(limits.maxPayloadLength == 65_536)
+        #expect(limits.maxFrameLength == 131_072)
+        #expect(limits.maxSubscriptions == 65_536)
+        // PROTOCOL.md § 11: every accepted post's NOTIFICATION fits in a frame.
+        #expect(
+            Int(limits.maxFrameLength) + 4
+                >= NotificationFrame.encodedLength(
+                    nameByteCount: Int(limits.maxNameLength), payloadByteCount: Int(limits.maxPayloadLength)))
+        #expect(limits.maxFrameLength >= ProtocolConstants.minimumMaxFrameLength)
+        // Before WELCOME: the largest default POST, and its NOTIFICATION, fit in the minimum.
+        let largestPost = 12 + 255 + 65_536
+        #expect(largestPost == 65_803)
+        #expect(largestPost <= Int(ProtocolConstants.minimumMaxFrameLength))
+        #expect(
+            NotificationFrame.encodedLength(nameByteCount: 255, payloadByteCount: 65_536) - 4
+                <= Int(ProtocolConstants.minimumMaxFrameLength))
+    }
+
+    @Test("instance id text form and randomness")
+    func instanceID() {
+        let id = InstanceID(high: 0x0011_2233_4455_6677, low: 0x8899_AABB_CCDD_EEFF)
+        #expect(id.description == "00112233445566778899aabbccddeeff")
+        #expect(InstanceID(high: 0, low: 1).description == "00000000000000000000000000000001")
+        let ids = Set((0..<8).map { _ in InstanceID.random() })
+        #expect(ids.count == 8)
+    }
+
+    @Test("sender credentials description")
+    func senderDescription() {
+        #expect(SenderCredentials(pid: 1, uid: 2, gid: 3).description == "pid 1 uid 2 gid 3")
+    }
+
+    @Test("socket path resolution (PROTOCOL.md § 1)")
+    func socketPath() {
+        #expect(SocketLocation.environmentVariable == "NOTIFYD_SOCKET")
+        #expect(SocketLocation.systemPath == "/run/notifyd/notifyd.sock")
+        #expect(SocketLocation.defaultPath(uid: 1000, environment: ["NOTIFYD_SOCKET": "/x.sock"]) == "/x.sock")
+        #expect(
+            SocketLocation.defaultPath(uid: 0, environment: ["NOTIFYD_SOCKET": "/x.sock", "XDG_RUNTIME_DIR": "/r"])
+                == "/x.sock")
+        #expect(SocketLocation.defaultPath(uid: 0, environment: ["XDG_RUNTIME_DIR": "/run/user/0"]) == "/run/notifyd/notifyd.sock")
+        #expect(
+            SocketLocation.defaultPath(uid: 1000, environment: ["XDG_RUNTIME_DIR": "/run/user/1000"])
+                == "/run/user/1000/notifyd/notifyd.sock")
+        #expect(
+            SocketLocation.defaultPath(uid: 1000, environment: ["NOTIFYD_SOCKET": "", "XDG_RUNTIME_DIR": ""])
+                == "/tmp/notifyd-1000/notifyd.sock")
+        #expect(SocketLocation.defaultPath(uid: 1000, environment: [:]) == "/tmp/notifyd-1000/notifyd.sock")
+    }
+}
