@@ -6,9 +6,8 @@ final class DaemonChannelHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
 
     private let core: CenterCore
-    /// Generous: notifications are bounded by the daemon's own frame limit, which the client does not need
-    /// to enforce more strictly than this.
-    private var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 64 << 20)
+    /// The protocol minimum until `WELCOME` announces the daemon's limit, which also bounds its notifications.
+    private var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: ProtocolConstants.minimumMaxFrameLength)
     private var failure: String?
 
     init(core: CenterCore) {
@@ -20,6 +19,9 @@ final class DaemonChannelHandler: ChannelInboundHandler {
         accumulator.append(unwrapInboundIn(data))
         do throws(WireDecodingError) {
             while let frame = try accumulator.next() {
+                if case .welcome(let welcome) = frame {
+                    accumulator.maxFrameLength = max(welcome.limits.maxFrameLength, ProtocolConstants.minimumMaxFrameLength)
+                }
                 core.received(frame, on: context.channel)
             }
         } catch {

@@ -48,6 +48,10 @@ public final class NotifyServer: Service, Sendable {
     /// Listens and serves until graceful shutdown (or task cancellation), then closes every connection after
     /// writing what is queued for it (within the configured deadline) and removes the socket file it created.
     public func run() async throws {
+        let problems = configuration.limits.inconsistencies
+        guard problems.isEmpty else {
+            throw ServerError.invalidConfiguration(problems.joined(separator: "; "))
+        }
         let eventLoop = group.next()
         let router = try await eventLoop.submit { [configuration, instanceID, logger] in
             NIOLoopBound(
@@ -148,6 +152,8 @@ public enum ServerError: Error, CustomStringConvertible {
     case alreadyRunning(path: String)
     /// The socket's directory or file could not be prepared.
     case socketSetupFailed(path: String, reason: String)
+    /// The configuration contradicts itself or the protocol.
+    case invalidConfiguration(String)
 
     public var description: String {
         switch self {
@@ -155,6 +161,8 @@ public enum ServerError: Error, CustomStringConvertible {
             "another notifyd is already listening at \(path); stop it or choose another --socket"
         case .socketSetupFailed(let path, let reason):
             "cannot set up the socket at \(path): \(reason)"
+        case .invalidConfiguration(let problems):
+            "invalid configuration: \(problems)"
         }
     }
 }

@@ -25,4 +25,24 @@ public struct ServerLimits: Sendable, Hashable {
         maxFrameLength: 131_072,
         maxSubscriptions: 65_536
     )
+
+    /// What is wrong with these limits, or an empty list when they are consistent: names of 1 to 255 bytes,
+    /// a frame limit of at least ``ProtocolConstants/minimumMaxFrameLength`` that also fits the largest
+    /// `NOTIFICATION` frame (27 bytes of fields plus the longest name and payload).
+    public var inconsistencies: [String] {
+        var problems: [String] = []
+        if maxNameLength == 0 || Int(maxNameLength) > NotificationName.maxLength {
+            problems.append("max name length \(maxNameLength) is outside 1...\(NotificationName.maxLength)")
+        }
+        if maxFrameLength < ProtocolConstants.minimumMaxFrameLength {
+            problems.append(
+                "max frame length \(maxFrameLength) is below the protocol minimum \(ProtocolConstants.minimumMaxFrameLength)")
+        }
+        let largestNotification = UInt64(27) + UInt64(maxNameLength) + UInt64(maxPayloadLength)
+        if UInt64(maxFrameLength) < largestNotification {
+            problems.append(
+                "max frame length \(maxFrameLength) cannot carry a notification with the longest name and payload (\(largestNotification) bytes)")
+        }
+        return problems
+    }
 }

@@ -64,8 +64,31 @@ struct NotificationNameTests {
             let name = "a\(Character(scalar))b"
             #expect(NotificationName.isValid(name) == allowed.contains(scalar), "U+\(String(value, radix: 16))")
         }
-        // From U+00A0 up, every scalar is a label character.
-        for value: UInt32 in [0xA0, 0xA1, 0xFF, 0x100, 0x301, 0x4E2D, 0xFFFD, 0x1F600, 0x10FFFF] {
+        // From U+00A0 up, every visible scalar is a label character.
+        for value: UInt32 in [0xA1, 0xFF, 0x100, 0x301, 0x4E2D, 0xFE0F, 0x1F600, 0x10FFFD] {
+            #expect(NotificationName.isValid("a\(Character(Unicode.Scalar(value)!))b"), "U+\(String(value, radix: 16))")
+        }
+    }
+
+    @Test("invisible scalars above U+009F are rejected, with their code point in the message")
+    func invisibleScalars() {
+        let rejected: [UInt32] = [
+            0xA0, 0xAD, 0x1680, 0x180E, 0x2000, 0x200B, 0x200D, 0x200F, 0x2028, 0x202E, 0x202F, 0x205F, 0x2060,
+            0x2066, 0x206F, 0x3000, 0xFDD0, 0xFDEF, 0xFEFF, 0xFFF0, 0xFFFD, 0xFFFE, 0xFFFF, 0x1FFFE, 0x10FFFF,
+            0xE0001, 0xE007F,
+        ]
+        for value in rejected {
+            let scalar = Unicode.Scalar(value)!
+            let name = "a\(Character(scalar))b"
+            #expect(throws: NameError.invalidCharacter(name: name, character: scalar), "U+\(String(value, radix: 16))") {
+                try NotificationName.validate(name)
+            }
+            let code = "U+" + String(value, radix: 16, uppercase: true)
+            let message = NameError.invalidCharacter(name: "x", character: scalar).description
+            #expect(message.contains(code) && !message.contains("'\(Character(scalar))'"), "\(message)")
+        }
+        // Neighbours of the excluded ranges stay valid.
+        for value: UInt32 in [0xA1, 0xAC, 0xAE, 0x1FFF, 0x2010, 0x2027, 0x2030, 0x205E, 0x2070, 0x2FFF, 0x3001, 0xFDCF, 0xFDF0, 0xFEFE, 0xFF00, 0xFFEF, 0x1FFFD, 0x10000, 0xDFFFD, 0xE0080] {
             #expect(NotificationName.isValid("a\(Character(Unicode.Scalar(value)!))b"), "U+\(String(value, radix: 16))")
         }
     }
