@@ -64,6 +64,9 @@ final class CenterCore: Sendable {
 
         var phase = Phase.idle
         var outgoing = ByteBuffer()
+        /// Posts made while disconnected under `DisconnectedPosting.wait`, oldest first.
+        var held: [(deadline: NIODeadline, name: String, payload: ByteBuffer)] = []
+        var heldExpiryScheduled = false
         var flushScheduled = false
         var nextRequestID: UInt32 = 1
         var nextUnacknowledgedPostID: UInt32 = 0
@@ -189,6 +192,11 @@ final class CenterCore: Sendable {
                 ClientFrame.subscribe(requestID: requestID, subscriptionID: entry.subscriptionID, name: name)
                     .encode(into: &buffer)
             }
+            for post in state.held {
+                ClientFrame.post(.init(requestID: state.makeUnacknowledgedPostID(), name: post.name, payload: post.payload))
+                    .encode(into: &buffer)
+            }
+            state.held.removeAll()
             state.outgoing = buffer
             state.flushScheduled = true
             return true
@@ -405,8 +413,8 @@ final class CenterCore: Sendable {
             return
         }
         let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
-            guard state.channel != nil else { return .failure(notConnectedError(state)) }
             do throws(NotifyError) { try checkPayload(payload, state.limits) } catch { return .failure(error) }
+            guard state.channel != nil else { return holdLocked(name, payload, &state) }
             let post = ClientFrame.Post(requestID: state.makeUnacknowledgedPostID(), name: name, payload: payload)
             return .success(enqueueLocked(.post(post), &state))
         }
@@ -419,6 +427,7 @@ final class CenterCore: Sendable {
             let delivered = postLocally(name, payload: payload)
             return PostReceipt(sequence: 0, deliveredCount: delivered > 0 ? 1 : 0)
         }
+        try await waitForConnectionIfConfigured()
         return try await withCheckedThrowingContinuation { continuation in
             let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
                 guard state.channel != nil else { return .failure(notConnectedError(state)) }
@@ -436,6 +445,7 @@ final class CenterCore: Sendable {
     }
 
     func synchronize() async throws {
+        try await waitForConnectionIfConfigured()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
                 guard state.channel != nil else { return .failure(notConnectedError(state)) }
@@ -448,6 +458,47 @@ final class CenterCore: Sendable {
             case .success(let schedule): if schedule { scheduleFlush() }
             }
         }
+    }
+
+    private func waitForConnectionIfConfigured() async throws {
+        guard case .wait(let timeout) = configuration.whileDisconnected else { return }
+        let connected = state.withLockedValue { $0.channel != nil }
+        if !connected { try await waitUntilConnected(failFast: false, timeout: timeout) }
+    }
+
+    /// Keeps a post made while disconnected, if the configuration says to wait.
+    private func holdLocked(_ name: String, _ payload: ByteBuffer, _ state: inout State) -> Result<Bool, NotifyError> {
+        guard case .wait(let timeout) = configuration.whileDisconnected, !isClosed(state) else {
+            return .failure(notConnectedError(state))
+        }
+        guard state.held.count < 10_000 else { return .failure(notConnectedError(state)) }
+        state.held.append((.now() + .nanoseconds(Int64(timeout * 1e9)), name, payload))
+        if !state.heldExpiryScheduled {
+            state.heldExpiryScheduled = true
+            let deadline = state.held[0].deadline
+            eventLoop.scheduleTask(deadline: deadline) { self.expireHeldPosts() }
+        }
+        return .success(false)
+    }
+
+    private func expireHeldPosts() {
+        let (expired, next) = state.withLockedValue { state -> (Int, NIODeadline?) in
+            let now = NIODeadline.now()
+            let count = state.held.prefix { $0.deadline <= now }.count
+            state.held.removeFirst(count)
+            state.heldExpiryScheduled = !state.held.isEmpty
+            return (count, state.held.first?.deadline)
+        }
+        if let next { eventLoop.scheduleTask(deadline: next) { self.expireHeldPosts() } }
+        if expired > 0 {
+            logger.warning("posts made while disconnected expired", metadata: ["count": "\(expired)"])
+            emit(.postsExpired(count: expired))
+        }
+    }
+
+    private func isClosed(_ state: State) -> Bool {
+        if case .closed = state.phase { return true }
+        return false
     }
 
     @discardableResult
@@ -522,6 +573,14 @@ final class CenterCore: Sendable {
             _ = self?.state.withLockedValue { $0.eventContinuations.removeValue(forKey: id) }
         }
         return stream
+    }
+
+    func reportDecodingFailure(_ failure: MessageDecodingError) {
+        logger.error(
+            "typed payload does not decode",
+            metadata: ["name": "\(failure.name)", "type": "\(failure.typeName)", "reason": "\(failure.reason)",
+                "senderPID": "\(failure.notification.sender.pid)"])
+        emit(.messageDecodingFailed(failure))
     }
 
     private func emit(_ event: ConnectionEvent) {

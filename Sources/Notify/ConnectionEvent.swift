@@ -1,7 +1,7 @@
 import NotifyWire
 
 /// Something that happened to a center's connection to the daemon.
-public enum ConnectionEvent: Sendable, Hashable, CustomStringConvertible {
+public enum ConnectionEvent: Sendable, Equatable, CustomStringConvertible {
     /// The handshake completed. `daemonRestarted` is true when the daemon's instance id differs from the one
     /// seen on the previous connection (a new daemon process), false on the first connection or a reconnection
     /// to the same daemon. Every live observation has been resubscribed.
@@ -13,6 +13,24 @@ public enum ConnectionEvent: Sendable, Hashable, CustomStringConvertible {
     /// The daemon rejected a request that had no caller waiting for the answer (a subscription, or a post
     /// made without acknowledgement).
     case requestRejected(operation: String, error: String)
+    /// Posts made while disconnected (with ``NotifyCenter/DisconnectedPosting/wait(timeout:)``) were discarded
+    /// because no connection came within their timeout.
+    case postsExpired(count: Int)
+    /// A payload posted under a typed message's name did not decode as the observed type.
+    case messageDecodingFailed(MessageDecodingError)
+
+    public static func == (lhs: ConnectionEvent, rhs: ConnectionEvent) -> Bool {
+        switch (lhs, rhs) {
+        case (.messageDecodingFailed(let a), .messageDecodingFailed(let b)):
+            a.name == b.name && a.typeName == b.typeName && a.notification == b.notification
+        case (.connected(let a, let b), .connected(let c, let d)): a == c && b == d
+        case (.disconnected(let a), .disconnected(let b)): a == b
+        case (.notificationsDropped(let a), .notificationsDropped(let b)): a == b
+        case (.requestRejected(let a, let b), .requestRejected(let c, let d)): a == c && b == d
+        case (.postsExpired(let a), .postsExpired(let b)): a == b
+        default: false
+        }
+    }
 
     public var description: String {
         switch self {
@@ -21,6 +39,8 @@ public enum ConnectionEvent: Sendable, Hashable, CustomStringConvertible {
         case .disconnected(let reason): "disconnected: \(reason)"
         case .notificationsDropped(let count): "daemon dropped \(count) notification(s) for this client"
         case .requestRejected(let operation, let error): "\(operation) rejected: \(error)"
+        case .messageDecodingFailed(let error): "\(error)"
+        case .postsExpired(let count): "\(count) post(s) made while disconnected expired before a connection came"
         }
     }
 }

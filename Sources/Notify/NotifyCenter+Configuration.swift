@@ -19,12 +19,15 @@ extension NotifyCenter {
         public var reconnect: ReconnectPolicy
         /// Where the library logs connection events and rejected requests. Default: nowhere.
         public var logger: Logger
+        /// What posting does while the center is not connected. Default: ``DisconnectedPosting/fail``.
+        public var whileDisconnected: DisconnectedPosting
 
         /// Creates a configuration; every parameter has the default described on its property.
         public init(
             socketPath: String? = nil, clientName: String? = nil, reconnect: ReconnectPolicy = .default,
-            logger: Logger? = nil
+            logger: Logger? = nil, whileDisconnected: DisconnectedPosting = .fail
         ) {
+            self.whileDisconnected = whileDisconnected
             self.socketPath =
                 socketPath ?? SocketLocation.defaultPath(uid: getuid(), environment: ProcessInfo.processInfo.environment)
             self.clientName = (clientName ?? ProcessInfo.processInfo.processName).truncatedUTF8(
@@ -32,6 +35,16 @@ extension NotifyCenter {
             self.reconnect = reconnect
             self.logger = logger ?? Logger(label: "notify", factory: { _ in SwiftLogNoOpLogHandler() })
         }
+    }
+
+    /// What posting does while the center is between connections.
+    public enum DisconnectedPosting: Sendable, Hashable {
+        /// `post`, `postAndWait` and `synchronize` throw ``NotifyError/notConnected(path:)`` at once.
+        case fail
+        /// `postAndWait` and `synchronize` wait up to `timeout` seconds for the connection; `post` keeps the
+        /// notification (up to 10,000 of them) and sends it, in order, once connected. Posts still waiting when
+        /// their timeout passes are discarded and reported as ``ConnectionEvent/postsExpired(count:)``.
+        case wait(timeout: Double)
     }
 
     /// Reconnection after the daemon goes away: exponential backoff from ``initialDelay`` doubling up to

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NotifyWire
 
@@ -17,6 +18,8 @@ import NotifyWire
 /// resubscribes every live observation. Names starting with `self.` never leave the process.
 public final class NotifyCenter: Sendable {
     let core: CenterCore
+    let owners = OwnerTable()
+    let ownerSweep = NIOLockedValueBox<RepeatedTask?>(nil)
 
     /// The configuration the center was created with.
     public var configuration: Configuration { core.configuration }
@@ -29,6 +32,7 @@ public final class NotifyCenter: Sendable {
     }
 
     deinit {
+        ownerSweep.withLockedValue { $0?.cancel() }
         core.closeInBackground()
     }
 
@@ -58,6 +62,8 @@ public final class NotifyCenter: Sendable {
     /// Closes the connection and stops the I/O thread. Pending requests fail with ``NotifyError/closed``;
     /// observations stop receiving notifications.
     public func close() async {
+        ownerSweep.withLockedValue { $0?.cancel() }
+        for observation in owners.removeEverything() { observation.cancel() }
         await core.close()
     }
 
@@ -106,12 +112,18 @@ public final class NotifyCenter: Sendable {
     /// disconnected become active when the connection is (re-)established; call ``synchronize()`` to wait
     /// until the daemon has the subscription.
     ///
+    /// - Parameters:
+    ///   - name: the notification name (`self.` names stay in this process).
+    ///   - target: where the handler runs; by default the calling context (see ``DeliveryTarget``).
+    ///   - isolation: the caller's actor, used by ``DeliveryTarget/current``; leave the default.
+    ///   - handler: called once per notification.
     /// - Throws: ``NotifyError/invalidName(_:)``.
     public func observe(
-        _ name: String, on target: DeliveryTarget,
+        _ name: String, on target: DeliveryTarget = .current, isolation: isolated (any Actor)? = #isolation,
         handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) throws -> Observation {
-        let core = try core.addObservation(name, target: target, handler: handler)
+        let resolved = target.resolved(isolation: isolation)
+        let core = try core.addObservation(name, target: resolved, handler: handler)
         return Observation(core: core, center: self)
     }
 

@@ -18,6 +18,10 @@ public enum NotifyError: Error, Sendable, CustomStringConvertible {
     case timedOut(operation: String, seconds: Double)
     /// The center was closed.
     case closed
+    /// Another message type in this process already uses this name.
+    case messageNameConflict(name: String, type: String)
+    /// A typed message could not be encoded.
+    case encodingFailed(type: String, reason: String)
 
     public var description: String {
         switch self {
@@ -38,6 +42,10 @@ public enum NotifyError: Error, Sendable, CustomStringConvertible {
             return "\(operation) did not complete within \(seconds) seconds"
         case .closed:
             return "the notification center was closed"
+        case .messageNameConflict(let name, let type):
+            return "\(type) cannot use the name '\(name)': another message type in this process already does"
+        case .encodingFailed(let type, let reason):
+            return "cannot encode \(type): \(reason)"
         }
     }
 }

@@ -25,7 +25,7 @@ final class ObservationCore: Sendable {
 
     /// Hands a notification to the executor; the handler runs there unless the observation is cancelled first.
     func deliver(_ notification: ReceivedNotification) {
-        executor.execute { [self] in
+        executor.enqueue { [self] in
             gate.run { handler(notification) }
         }
     }

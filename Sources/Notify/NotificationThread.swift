@@ -1,0 +1,67 @@
+import Foundation
+import NIOConcurrencyHelpers
+
+/// A dedicated thread running its run loop, for observations that want "a notification thread".
+///
+/// ```swift
+/// let thread = NotificationThread(name: "config-watcher")
+/// let observation = try center.observe("com.example.config", on: .thread(thread)) { note in
+///     // runs on `thread`, one notification at a time, in daemon order
+/// }
+/// ```
+///
+/// The thread runs until ``stop()`` is called or the object is released.
+public final class NotificationThread: Sendable {
+    let runLoopReference: RunLoopReference
+    private let thread: ThreadReference
+    private let stopped: NIOLockedValueBox<Bool>
+
+    /// Starts the thread and returns once its run loop is ready.
+    public init(name: String = "notify.notification-thread") {
+        let stopped = NIOLockedValueBox(false)
+        let ready = DispatchSemaphore(value: 0)
+        let handoff = NIOLockedValueBox<(RunLoopReference, ThreadReference)?>(nil)
+        let thread = Thread {
+            let runLoop = RunLoop.current
+            // A run loop without an input source returns at once: keep one far-future timer in it.
+            runLoop.add(Timer(fire: .distantFuture, interval: 0, repeats: false) { _ in }, forMode: .default)
+            handoff.withLockedValue { $0 = (RunLoopReference(runLoop), ThreadReference(Thread.current)) }
+            ready.signal()
+            while !stopped.withLockedValue({ $0 }) {
+                _ = runLoop.run(mode: .default, before: .distantFuture)
+            }
+        }
+        thread.name = name
+        thread.start()
+        ready.wait()
+        let (runLoop, reference) = handoff.withLockedValue { $0! }
+        self.runLoopReference = runLoop
+        self.thread = reference
+        self.stopped = stopped
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// Whether the caller is running on this thread.
+    public var isCurrent: Bool { Thread.current === thread.thread }
+
+    /// The thread's name.
+    public var name: String? { thread.thread.name }
+
+    /// Lets the thread finish: its run loop returns after the work already scheduled on it.
+    public func stop() {
+        let wasRunning = stopped.withLockedValue { stopped -> Bool in
+            defer { stopped = true }
+            return !stopped
+        }
+        if wasRunning { runLoopReference.schedule {} }
+    }
+}
+
+/// A `Thread` compared by identity from other threads (only its identity and name are read).
+struct ThreadReference: @unchecked Sendable {
+    let thread: Thread
+    init(_ thread: Thread) { self.thread = thread }
+}

@@ -1,0 +1,148 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NotifyWire
+
+/// A typed notification: a `Codable` payload bound to a name.
+///
+/// ```swift
+/// struct BatteryLevel: NotifyMessage {
+///     static let name = "org.example.power.battery"
+///     var percent: Int
+///     var charging: Bool
+/// }
+/// try center.post(BatteryLevel(percent: 42, charging: false))
+/// let observation = try center.observe(BatteryLevel.self) { level in print(level.percent) }
+/// ```
+///
+/// The payload is the message's JSON encoding (see ``MessageCoding``), readable from any language and
+/// printed by `notifyctl listen --json`. A typed name is an ordinary name: string observers of it receive the
+/// JSON, and typed observers decode whatever is posted under it, reporting payloads that do not decode. Within
+/// one process, two different message types cannot claim the same name.
+public protocol NotifyMessage: Codable, Sendable {
+    /// The notification name messages of this type are posted under.
+    static var name: String { get }
+}
+
+/// The payload encoding of typed messages (`protocol/PROTOCOL.md` § Typed payloads): UTF-8 JSON, object keys
+/// sorted, dates as ISO 8601 strings, `Data` as Base64.
+public enum MessageCoding {
+    /// Encodes a message's payload.
+    public static func encode<M: Encodable>(_ message: M) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.dataEncodingStrategy = .base64
+        return Array(try encoder.encode(message))
+    }
+
+    /// Decodes a message from a payload.
+    public static func decode<M: Decodable>(_ type: M.Type, from payload: [UInt8]) throws -> M {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        decoder.dataDecodingStrategy = .base64
+        return try decoder.decode(type, from: Data(payload))
+    }
+}
+
+/// A payload posted under a typed message's name that does not decode as that type.
+public struct MessageDecodingError: Error, Sendable, CustomStringConvertible {
+    /// The notification name.
+    public var name: String
+    /// The Swift type it should have decoded as.
+    public var typeName: String
+    /// Why decoding failed.
+    public var reason: String
+    /// The notification as received.
+    public var notification: ReceivedNotification
+
+    public var description: String {
+        "payload of '\(name)' from pid \(notification.sender.pid) does not decode as \(typeName): \(reason)"
+    }
+}
+
+/// Which message type owns which name in this process, so that two types cannot silently share a name.
+enum MessageNameRegistry {
+    private static let owners = NIOLockedValueBox<[String: ObjectIdentifier]>([:])
+
+    static func register<M: NotifyMessage>(_ type: M.Type) throws(NotifyError) {
+        let name = M.name
+        let id = ObjectIdentifier(type)
+        let existing = owners.withLockedValue { owners -> ObjectIdentifier? in
+            if let existing = owners[name], existing != id { return existing }
+            owners[name] = id
+            return nil
+        }
+        if existing != nil {
+            throw NotifyError.messageNameConflict(name: name, type: String(reflecting: type))
+        }
+    }
+}
+
+extension NotifyCenter {
+    /// Posts a typed message without waiting for the daemon (see ``post(_:payload:)``).
+    ///
+    /// - Throws: ``NotifyError/messageNameConflict(name:type:)``, ``NotifyError/encodingFailed(type:reason:)``,
+    ///   and the errors of ``post(_:payload:)``.
+    public func post<M: NotifyMessage>(_ message: M) throws {
+        try post(M.name, payload: try Self.encode(message))
+    }
+
+    /// Posts a typed message and waits for the daemon's receipt (see ``postAndWait(_:payload:)``).
+    @discardableResult
+    public func postAndWait<M: NotifyMessage>(_ message: M) async throws -> PostReceipt {
+        try await postAndWait(M.name, payload: try Self.encode(message))
+    }
+
+    /// Observes a typed message: `handler` gets each payload decoded as `M`, on `target`, in daemon order.
+    ///
+    /// A payload that does not decode is never dropped silently: it is passed to `onDecodingFailure` (on the
+    /// same target) when given, reported as ``ConnectionEvent/messageDecodingFailed(_:)`` and logged.
+    ///
+    /// - Throws: ``NotifyError/messageNameConflict(name:type:)``, ``NotifyError/invalidName(_:)``.
+    public func observe<M: NotifyMessage>(
+        _ type: M.Type, on target: DeliveryTarget = .current, isolation: isolated (any Actor)? = #isolation,
+        onDecodingFailure: (@Sendable (MessageDecodingError) -> Void)? = nil,
+        handler: @escaping @Sendable (M) -> Void
+    ) throws -> Observation {
+        try MessageNameRegistry.register(type)
+        return try observe(M.name, on: target, isolation: isolation) { [core] notification in
+            do {
+                handler(try MessageCoding.decode(M.self, from: notification.payload))
+            } catch {
+                let failure = MessageDecodingError(
+                    name: notification.name, typeName: String(reflecting: M.self), reason: Self.describe(error),
+                    notification: notification)
+                core.reportDecodingFailure(failure)
+                onDecodingFailure?(failure)
+            }
+        }
+    }
+
+    private static func encode<M: NotifyMessage>(_ message: M) throws -> [UInt8] {
+        try MessageNameRegistry.register(M.self)
+        do {
+            return try MessageCoding.encode(message)
+        } catch {
+            throw NotifyError.encodingFailed(type: String(reflecting: M.self), reason: describe(error))
+        }
+    }
+
+    private static func describe(_ error: Error) -> String {
+        switch error {
+        case DecodingError.keyNotFound(let key, let context):
+            return "missing key '\(key.stringValue)'\(path(context))"
+        case DecodingError.typeMismatch(let type, let context):
+            return "expected \(type)\(path(context)): \(context.debugDescription)"
+        case DecodingError.valueNotFound(let type, let context):
+            return "missing \(type) value\(path(context))"
+        case DecodingError.dataCorrupted(let context):
+            return "invalid JSON\(path(context)): \(context.debugDescription)"
+        default:
+            return "\(error)"
+        }
+    }
+
+    private static func path(_ context: DecodingError.Context) -> String {
+        context.codingPath.isEmpty ? "" : " at " + context.codingPath.map(\.stringValue).joined(separator: ".")
+    }
+}
