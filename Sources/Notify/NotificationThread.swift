@@ -22,6 +22,8 @@ public final class NotificationThread: Sendable {
         let ready = DispatchSemaphore(value: 0)
         let handoff = NIOLockedValueBox<(RunLoopReference, ThreadReference)?>(nil)
         let thread = Thread {
+            // On Linux a name given before start() is lost; name the thread from inside.
+            Thread.current.name = name
             let runLoop = RunLoop.current
             // A run loop without an input source returns at once: keep one far-future timer in it.
             runLoop.add(Timer(fire: .distantFuture, interval: 0, repeats: false) { _ in }, forMode: .default)
@@ -31,7 +33,6 @@ public final class NotificationThread: Sendable {
                 _ = runLoop.run(mode: .default, before: .distantFuture)
             }
         }
-        thread.name = name
         thread.start()
         ready.wait()
         let (runLoop, reference) = handoff.withLockedValue { $0! }
@@ -47,9 +48,6 @@ public final class NotificationThread: Sendable {
     /// Whether the caller is running on this thread.
     public var isCurrent: Bool { Thread.current === thread.thread }
 
-    /// The thread's name.
-    public var name: String? { thread.thread.name }
-
     /// Lets the thread finish: its run loop returns after the work already scheduled on it.
     public func stop() {
         let wasRunning = stopped.withLockedValue { stopped -> Bool in
@@ -60,7 +58,7 @@ public final class NotificationThread: Sendable {
     }
 }
 
-/// A `Thread` compared by identity from other threads (only its identity and name are read).
+/// A `Thread` compared by identity from other threads (only its identity is used).
 struct ThreadReference: @unchecked Sendable {
     let thread: Thread
     init(_ thread: Thread) { self.thread = thread }
