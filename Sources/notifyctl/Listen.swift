@@ -9,7 +9,8 @@ extension Notifyctl {
             discussion: """
                 Human form: time, name, sender pid and uid, and the payload as text (or hex when it is not UTF-8). \
                 With --json, one JSON object per line with the keys time, name, sequence, pid, uid, gid and \
-                payload (text) or payload_hex. A line on standard error says when listening has begun.
+                payload (text) or payload_hex, plus message when the payload is a JSON object or array (a typed \
+                message). A line on standard error says when listening has begun.
                 """)
 
         @OptionGroup var connection: ConnectionOptions
@@ -104,14 +105,37 @@ struct LineFormatter {
             ]
             if let text = notification.payloadString {
                 object["payload"] = text
+                // A typed message's payload is a JSON object (PROTOCOL.md § 12): show it decoded too.
+                if let parsed = try? JSONSerialization.jsonObject(with: Data(notification.payload)),
+                    parsed is [String: Any] || parsed is [Any]
+                {
+                    object["message"] = parsed
+                }
             } else {
                 object["payload_hex"] = hex(notification.payload)
             }
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
             return String(decoding: data, as: UTF8.self)
         }
-        let payload = notification.payloadString.map { $0.isEmpty ? "" : " " + $0 } ?? " (hex) " + hex(notification.payload)
+        let payload = notification.payloadString.map { $0.isEmpty ? "" : " " + escapeControls($0) }
+            ?? " (hex) " + hex(notification.payload)
         return "\(time) \(notification.name) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(payload)"
+    }
+
+    /// Keeps one notification on one line: control characters are shown as escapes.
+    private func escapeControls(_ text: String) -> String {
+        var result = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                result += "\\u{" + String(scalar.value, radix: 16) + "}"
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
     }
 
     private func hex(_ bytes: [UInt8]) -> String {

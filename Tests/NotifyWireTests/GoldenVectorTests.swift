@@ -217,7 +217,7 @@ struct GoldenVectorTests {
 
     @Test("the example session's frames are the vectors")
     func exampleSessionMatchesVectors() throws {
-        // PROTOCOL.md § 12 prints these frames; check that the document shows the same bytes as the files.
+        // PROTOCOL.md § 13 prints these frames; check that the document shows the same bytes as the files.
         let spec = try String(
             contentsOf: VectorFile.directory.deletingLastPathComponent().appendingPathComponent("PROTOCOL.md"),
             encoding: .utf8)
@@ -226,7 +226,7 @@ struct GoldenVectorTests {
         for name in ["hello.hex", "welcome.hex", "subscribe.hex", "ok.hex", "post-ack.hex", "posted.hex",
                      "notification.hex"] {
             let bytes = try VectorFile.load(name).bytes
-            #expect(specBytes.firstRange(of: bytes) != nil, "PROTOCOL.md § 12 does not show \(name)")
+            #expect(specBytes.firstRange(of: bytes) != nil, "PROTOCOL.md § 13 does not show \(name)")
         }
     }
 
