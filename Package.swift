@@ -107,7 +107,10 @@ let package = Package(
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["Notify", "NotifyWire", "notifyd", "notifyctl", "notify-test-peer"]
+            dependencies: [
+                "Notify", "NotifyWire", "notifyd", "notifyctl", "notify-test-peer",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -591,11 +591,7 @@ final class CenterCore: Sendable {
     // MARK: Helpers
 
     private func validate(_ name: String) throws(NotifyError) {
-        do {
-            try NotificationName.validate(name)
-        } catch {
-            throw NotifyError.invalidName(error)
-        }
+        try NotifyCenter.validate(name: name)
     }
 
     private func checkPayload(_ payload: ByteBuffer, _ limits: ServerLimits) throws(NotifyError) {

@@ -67,6 +67,17 @@ public final class NotifyCenter: Sendable {
         await core.close()
     }
 
+    /// Checks `name` against the name grammar (`protocol/PROTOCOL.md` § 8) without contacting the daemon.
+    ///
+    /// - Throws: ``NotifyError/invalidName(_:)`` describing the first problem.
+    public static func validate(name: String) throws(NotifyError) {
+        do {
+            try NotificationName.validate(name)
+        } catch {
+            throw NotifyError.invalidName(error)
+        }
+    }
+
     // MARK: Posting
 
     /// Posts a notification without waiting for the daemon.

@@ -37,6 +37,7 @@ extension Notifyctl {
 
         func run() async throws {
             try await reportingFailures {
+                for name in names { try NotifyCenter.validate(name: name) }
                 let center = try await connection.connect()
                 // One ordered stream for all names: handlers run on the I/O thread and only hand off.
                 let (stream, continuation) = AsyncStream<ReceivedNotification>.makeStream()

@@ -30,6 +30,7 @@ extension Notifyctl {
 
         func run() async throws {
             try await reportingFailures {
+                try NotifyCenter.validate(name: name)
                 let bytes = try readPayload()
                 let center = try await connection.connect()
                 let receipt = try await center.postAndWait(name, payload: bytes)

@@ -1,0 +1,248 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+import Synchronization
+
+/// A child process whose standard output and error are collected line by line as they arrive.
+///
+/// Every wait takes a timeout and fails with an error that shows the process's command line, exit state and
+/// recent output. Waits poll the collected state; correctness never depends on how long a poll sleeps.
+final class ChildProcess: Sendable, CustomStringConvertible {
+    /// How a process ended.
+    enum Termination: Sendable, Hashable, CustomStringConvertible {
+        case exited(Int32)
+        case signaled(Int32)
+
+        var description: String {
+            switch self {
+            case .exited(let status): "exited with status \(status)"
+            case .signaled(let signal): "killed by signal \(signal)"
+            }
+        }
+    }
+
+    enum Stream: Sendable {
+        case stdout
+        case stderr
+    }
+
+    /// The collected output of one stream.
+    struct Collected: Sendable {
+        var lines: [String] = []
+        var partial: [UInt8] = []
+        var isClosed = false
+
+        mutating func append(_ bytes: some Sequence<UInt8>) {
+            for byte in bytes {
+                if byte == UInt8(ascii: "\n") {
+                    lines.append(String(decoding: partial, as: UTF8.self))
+                    partial.removeAll(keepingCapacity: true)
+                } else {
+                    partial.append(byte)
+                }
+            }
+        }
+
+        mutating func close() {
+            if !partial.isEmpty {
+                lines.append(String(decoding: partial, as: UTF8.self))
+                partial.removeAll()
+            }
+            isClosed = true
+        }
+    }
+
+    struct State: Sendable {
+        var stdout = Collected()
+        var stderr = Collected()
+        var termination: Termination?
+
+        subscript(stream: Stream) -> Collected {
+            get { stream == .stdout ? stdout : stderr }
+            set { if stream == .stdout { stdout = newValue } else { stderr = newValue } }
+        }
+
+        /// The process has exited and both pipes reached end-of-file: its output is complete.
+        var isFinished: Bool { termination != nil && stdout.isClosed && stderr.isClosed }
+    }
+
+    /// Shared between the reader threads, the termination handler and the test.
+    final class Box: Sendable {
+        let state = Mutex(State())
+    }
+
+    /// The command line, for messages.
+    let commandLine: String
+    let pid: Int32
+    private let box: Box
+    private let process: Process
+
+    /// Starts `executable` with `arguments`; stdin is `/dev/null`.
+    init(executable: URL, arguments: [String], environment: [String: String]? = nil) throws {
+        let box = Box()
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.terminationHandler = { process in
+            let termination: Termination =
+                process.terminationReason == .exit
+                ? .exited(process.terminationStatus) : .signaled(process.terminationStatus)
+            box.state.withLock { $0.termination = termination }
+        }
+        let commandLine = ([executable.lastPathComponent] + arguments).joined(separator: " ")
+        do {
+            try process.run()
+        } catch {
+            throw HarnessError("cannot start \(commandLine): \(error)")
+        }
+        Self.startReader(stdout.fileHandleForReading, .stdout, box)
+        Self.startReader(stderr.fileHandleForReading, .stderr, box)
+        self.box = box
+        self.process = process
+        self.pid = process.processIdentifier
+        self.commandLine = commandLine
+    }
+
+    deinit {
+        // Never leave a child behind, whatever happened in the test.
+        if box.state.withLock({ $0.termination == nil }) {
+            kill(pid, SIGKILL)
+        }
+    }
+
+    /// Reads a pipe on a thread of its own until end-of-file (blocking reads stay off the test's executors).
+    private static func startReader(_ handle: FileHandle, _ stream: Stream, _ box: Box) {
+        let thread = Thread {
+            let descriptor = handle.fileDescriptor
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    box.state.withLock { $0[stream].append(buffer[0..<count]) }
+                } else if count < 0 && errno == EINTR {
+                    continue
+                } else {
+                    box.state.withLock { $0[stream].close() }
+                    break
+                }
+            }
+            try? handle.close()
+        }
+        thread.start()
+    }
+
+    // MARK: Reading the collected state
+
+    var stdoutLines: [String] { box.state.withLock { $0.stdout.lines } }
+    var stderrLines: [String] { box.state.withLock { $0.stderr.lines } }
+    var stderrText: String { stderrLines.joined(separator: "\n") }
+    /// `nil` while running.
+    var termination: Termination? { box.state.withLock { $0.termination } }
+    var isRunning: Bool { termination == nil }
+
+    var description: String { "\(commandLine) (pid \(pid))" }
+
+    /// The command line, exit state and the last lines of both streams, for failure messages.
+    var diagnostics: String {
+        let state = box.state.withLock { $0 }
+        func tail(_ collected: Collected) -> String {
+            let lines = collected.lines + (collected.partial.isEmpty ? [] : [String(decoding: collected.partial, as: UTF8.self)])
+            if lines.isEmpty { return "    (nothing)" }
+            let shown = lines.suffix(25)
+            var result = lines.count > shown.count ? ["    … \(lines.count - shown.count) earlier line(s)"] : []
+            result += shown.map { "    " + $0 }
+            return result.joined(separator: "\n")
+        }
+        return """
+            process: \(description), \(state.termination.map(\.description) ?? "still running")
+              stdout (\(state.stdout.lines.count) line(s)):
+            \(tail(state.stdout))
+              stderr:
+            \(tail(state.stderr))
+            """
+    }
+
+    // MARK: Signals
+
+    /// Sends `signal` unless the process has already been reaped.
+    func send(_ signal: Int32) {
+        box.state.withLock { state in
+            if state.termination == nil { kill(pid, signal) }
+        }
+    }
+
+    // MARK: Waiting
+
+    /// Polls `check` against the collected state until it returns a value; fails if the process finishes first
+    /// or `timeout` seconds pass.
+    func wait<T: Sendable>(
+        for what: String, timeout: Double, _ check: @escaping @Sendable (State) -> T?
+    ) async throws -> T {
+        let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+        while true {
+            let (result, finished) = box.state.withLock { state in (check(state), state.isFinished) }
+            if let result { return result }
+            if finished {
+                throw HarnessError("\(commandLine) ended before \(what)\n\(diagnostics)")
+            }
+            if ContinuousClock.now >= deadline {
+                throw HarnessError("timed out after \(timeout) s waiting for \(what)\n\(diagnostics)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Waits for a line on `stream` containing `text`; returns it.
+    @discardableResult
+    func waitForLine(containing text: String, on stream: Stream = .stderr, timeout: Double = 20) async throws -> String {
+        try await wait(for: "a line containing \"\(text)\" on \(stream)", timeout: timeout) { state in
+            state[stream].lines.first { $0.contains(text) }
+        }
+    }
+
+    /// Waits until at least `count` lines arrived on stdout; returns all of them.
+    @discardableResult
+    func waitForStdoutLines(_ count: Int, timeout: Double = 20) async throws -> [String] {
+        try await wait(for: "\(count) line(s) on stdout", timeout: timeout) { state in
+            state.stdout.lines.count >= count ? state.stdout.lines : nil
+        }
+    }
+
+    /// Waits until the process has exited and its output is complete.
+    @discardableResult
+    func waitForExit(timeout: Double = 20) async throws -> Termination {
+        let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+        while true {
+            if let termination = box.state.withLock({ $0.isFinished ? $0.termination : nil }) {
+                return termination
+            }
+            if ContinuousClock.now >= deadline {
+                throw HarnessError("timed out after \(timeout) s waiting for \(commandLine) to exit\n\(diagnostics)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
+
+/// Polls `check` until it returns a value, or fails after `timeout` seconds; `check` may throw to fail early.
+func poll<T: Sendable>(
+    _ what: String, timeout: Double, interval: Duration = .milliseconds(10), _ check: () throws -> T?
+) async throws -> T {
+    let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+    while true {
+        if let result = try check() { return result }
+        if ContinuousClock.now >= deadline {
+            throw HarnessError("timed out after \(timeout) s waiting for \(what)")
+        }
+        try await Task.sleep(for: interval)
+    }
+}
