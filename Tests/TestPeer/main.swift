@@ -7,6 +7,9 @@
 //   `event: <description>`; after every reconnection it waits for the daemon to have the resubscription and
 //   prints `resubscribed` on stderr.
 // - `post` prints `done` on stdout once the daemon has processed every post.
+// - `observe-typed` observes `PeerMessage`, prints `ready`, then `message <index> <text>` per decoded message and
+//   `decode-failure <reason>` per payload that did not decode; exits 0 after `--count` lines of either kind.
+// - `post-typed` posts `--count` `PeerMessage`s (index 0..., text `typed-<index>`), then prints `done`.
 // Any failure: a message on stderr starting with `notify-test-peer:` and a non-zero exit status.
 
 import ArgumentParser
@@ -18,7 +21,7 @@ struct NotifyTestPeer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "notify-test-peer",
         abstract: "A Notify client-library program for the integration tests.",
-        subcommands: [Observe.self, Post.self]
+        subcommands: [Observe.self, Post.self, ObserveTyped.self, PostTyped.self]
     )
 }
 
@@ -180,6 +183,68 @@ func reportingFailures(_ body: () async throws -> Void) async throws {
     } catch {
         Output.error("notify-test-peer: \(error)")
         throw ExitCode.failure
+    }
+}
+
+/// The typed message the `*-typed` subcommands exchange across processes.
+struct PeerMessage: NotifyMessage {
+    static let name = "peer.typed.message"
+    var index: Int
+    var text: String
+    var at: Date
+}
+
+extension NotifyTestPeer {
+    struct ObserveTyped: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "observe-typed", abstract: "Observe PeerMessage and print each decoded message or failure.")
+
+        @Option(name: .long, help: "The daemon's socket path.")
+        var socket: String
+
+        @Option(name: .long, help: "Exit 0 after this many lines (messages and decoding failures).")
+        var count: Int
+
+        func run() async throws {
+            let center = try await NotifyCenter.connect(configuration: .init(socketPath: socket))
+            let (lines, continuation) = AsyncStream<String>.makeStream()
+            let observation = try center.observe(
+                PeerMessage.self, on: .queue(DispatchQueue(label: "typed")),
+                onDecodingFailure: { continuation.yield("decode-failure \($0.reason)") }
+            ) { message in
+                continuation.yield("message \(message.index) \(message.text)")
+            }
+            try await center.synchronize()
+            Output.line("ready")
+            var printed = 0
+            for await line in lines {
+                Output.line(line)
+                printed += 1
+                if printed == count { break }
+            }
+            withExtendedLifetime(observation) {}
+            await center.close()
+        }
+    }
+
+    struct PostTyped: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "post-typed", abstract: "Post PeerMessages.")
+
+        @Option(name: .long, help: "The daemon's socket path.")
+        var socket: String
+
+        @Option(name: .long, help: "How many messages to post.")
+        var count: Int
+
+        func run() async throws {
+            let center = try await NotifyCenter.connect(configuration: .init(socketPath: socket))
+            for index in 0..<count {
+                try center.post(PeerMessage(index: index, text: "typed-\(index)", at: Date()))
+            }
+            try await center.synchronize()
+            Output.line("done")
+            await center.close()
+        }
     }
 }
 
