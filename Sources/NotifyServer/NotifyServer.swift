@@ -24,6 +24,10 @@ public final class NotifyServer: Service, Sendable {
     public let instanceID: InstanceID
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
+
+    /// The event loop that runs all routing. Work scheduled on it (such as the systemd watchdog ping) stops
+    /// running when the loop is stuck, which is the point of scheduling it there.
+    public var eventLoop: EventLoop { group.next() }
     private let onListening: @Sendable (String) -> Void
     private let listener = NIOLockedValueBox<Channel?>(nil)
     private let router = NIOLockedValueBox<NIOLoopBound<SubscriptionRouter>?>(nil)
