@@ -32,6 +32,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "DequeModule", package: "swift-collections"),
             ]
         ),
         .systemLibrary(
@@ -104,6 +105,10 @@ let package = Package(
                 "Notify", "NotifyWire", "NotifyServer",
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        .testTarget(
+            name: "NotifySystemdTests",
+            dependencies: ["NotifySystemd", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "IntegrationTests",

@@ -44,16 +44,24 @@ final class CenterCore: Sendable {
             case closed
         }
 
-        struct NameEntry {
-            var subscriptionID: UInt32
+        /// One daemon subscription: a pattern (or name) under one policy, shared by its observations.
+        struct SubscriptionEntry {
+            var id: UInt32
+            var pattern: NotificationPattern
             var observations: [ObservationCore]
         }
 
         enum PendingRequest {
-            case subscribe(name: String)
-            case unsubscribe(name: String)
+            case subscribe(pattern: String)
+            /// A subscription asking for the current (retained) value for one observation; `probe` is an extra
+            /// subscription made only for that purpose, removed once answered.
+            case currentValue(ObservationCore, probe: UInt32?)
+            case unsubscribe(pattern: String)
             case ping(CheckedContinuation<Void, Error>)
             case post(name: String, CheckedContinuation<PostReceipt, Error>)
+            case acknowledged(CheckedContinuation<Void, Error>)
+            case state(CheckedContinuation<UInt64?, Error>)
+            case query(CheckedContinuation<ByteBuffer, Error>)
         }
 
         struct ConnectWaiter {
@@ -74,7 +82,16 @@ final class CenterCore: Sendable {
         var nextObservationID: UInt64 = 1
         var nextWaiterID: UInt64 = 1
         var pending: [UInt32: State.PendingRequest] = [:]
-        var names: [String: NameEntry] = [:]
+        var subscriptions: [SubscriptionKey: SubscriptionEntry] = [:]
+        /// Observations of exact names (all policies), for routing without scanning.
+        var exactObservers: [String: [ObservationCore]] = [:]
+        /// Subscriptions with wildcards, matched against every incoming name.
+        var patternKeys: Set<SubscriptionKey> = []
+        var keysByID: [UInt32: SubscriptionKey] = [:]
+        /// `OVERFLOW` counts waiting to be attached to the next notification of their subscription.
+        var pendingDrops: [SubscriptionKey: UInt64] = [:]
+        /// Nesting depth of `suspend()`, replayed after a reconnection.
+        var suspendCount = 0
         var connectWaiters: [UInt64: State.ConnectWaiter] = [:]
         var eventContinuations: [UInt64: AsyncStream<ConnectionEvent>.Continuation] = [:]
         var lastInstanceID: InstanceID?
@@ -186,11 +203,17 @@ final class CenterCore: Sendable {
             // HELLO first, then every live subscription, pipelined without waiting for WELCOME.
             var buffer = channel.allocator.buffer(capacity: 256)
             ClientFrame.hello(.init(clientName: configuration.clientName)).encode(into: &buffer)
-            for (name, entry) in state.names where !NotificationName.isProcessLocal(name) {
+            for (key, entry) in state.subscriptions where !NotificationName.isProcessLocal(key.pattern) {
                 let requestID = state.makeRequestID()
-                state.pending[requestID] = .subscribe(name: name)
-                ClientFrame.subscribe(requestID: requestID, subscriptionID: entry.subscriptionID, name: name)
-                    .encode(into: &buffer)
+                state.pending[requestID] = .subscribe(pattern: key.pattern)
+                ClientFrame.subscribe(
+                    .init(requestID: requestID, subscriptionID: entry.id, policy: key.policy, pattern: key.pattern)
+                ).encode(into: &buffer)
+            }
+            for _ in 0..<state.suspendCount {
+                let requestID = state.makeRequestID()
+                state.pending[requestID] = .subscribe(pattern: "(suspend)")
+                ClientFrame.suspend(requestID: requestID).encode(into: &buffer)
             }
             for post in state.held {
                 ClientFrame.post(.init(requestID: state.makeUnacknowledgedPostID(), name: post.name, payload: post.payload))
@@ -300,11 +323,23 @@ final class CenterCore: Sendable {
     func received(_ frame: ServerFrame, on channel: Channel) {
         switch frame {
         case .notification(let notification):
-            deliver(notification)
+            deliver(notification, mergedCount: 0)
+        case .notificationMerged(let mergedCount, let notification):
+            deliver(notification, mergedCount: mergedCount)
+        case .retained(let requestID, let notification):
+            deliverRetained(notification, requestID: requestID)
         case .welcome(let welcome):
             handleWelcome(welcome, on: channel)
         case .ok(let requestID):
-            _ = state.withLockedValue { $0.pending.removeValue(forKey: requestID) }
+            handleOK(requestID)
+        case .state(let requestID, let value):
+            if case .state(let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
+                continuation.resume(returning: value)
+            }
+        case .queryResult(let requestID, let json):
+            if case .query(let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
+                continuation.resume(returning: json)
+            }
         case .pong(let requestID):
             if case .ping(let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
                 continuation.resume()
@@ -313,9 +348,16 @@ final class CenterCore: Sendable {
             if case .post(_, let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
                 continuation.resume(returning: PostReceipt(sequence: sequence, deliveredCount: Int(delivered)))
             }
-        case .overflow(let dropped):
-            logger.warning("the daemon dropped notifications for this client", metadata: ["count": "\(dropped)"])
-            emit(.notificationsDropped(count: dropped))
+        case .overflow(let subscriptionID, let dropped):
+            let pattern = state.withLockedValue { state -> String? in
+                guard let key = state.keysByID[subscriptionID] else { return nil }
+                state.pendingDrops[key, default: 0] += dropped
+                return key.pattern
+            }
+            logger.warning(
+                "the daemon dropped notifications for this client",
+                metadata: ["count": "\(dropped)", "pattern": "\(pattern ?? "(connection)")"])
+            emit(.notificationsDropped(count: dropped, pattern: pattern))
         case .error(let error):
             handleError(error)
         }
@@ -350,13 +392,21 @@ final class CenterCore: Sendable {
         let request = state.withLockedValue { $0.pending.removeValue(forKey: error.requestID) }
         let rejection = NotifyError.rejected(code: error.code, message: error.message)
         switch request {
-        case .ping(let continuation):
+        case .ping(let continuation), .acknowledged(let continuation):
             continuation.resume(throwing: rejection)
         case .post(_, let continuation):
+            continuation.resume(throwing: rejection)
+        case .state(let continuation):
+            continuation.resume(throwing: rejection)
+        case .query(let continuation):
             continuation.resume(throwing: rejection)
         case .subscribe(let name):
             logger.error("subscription rejected", metadata: ["name": "\(name)", "error": "\(error)"])
             emit(.requestRejected(operation: "subscribe to \(name)", error: error.description))
+        case .currentValue(let core, _):
+            core.finishWaitingForCurrentValue()
+            logger.error("subscription rejected", metadata: ["name": "\(core.name)", "error": "\(error)"])
+            emit(.requestRejected(operation: "subscribe to \(core.name)", error: error.description))
         case .unsubscribe(let name):
             logger.debug("unsubscribe rejected", metadata: ["name": "\(name)", "error": "\(error)"])
         case nil:
@@ -366,14 +416,55 @@ final class CenterCore: Sendable {
         }
     }
 
-    private func deliver(_ frame: NotificationFrame) {
-        guard let observers = state.withLockedValue({ $0.names[frame.name]?.observations }), !observers.isEmpty else {
-            return
+    private func deliver(_ frame: NotificationFrame, mergedCount: UInt64) {
+        let targets = state.withLockedValue { state -> [(ObservationCore, UInt64)] in
+            var targets: [(ObservationCore, UInt64)] = []
+            if let exact = state.exactObservers[frame.name] {
+                for core in exact { targets.append((core, state.pendingDrops.removeValue(forKey: core.key) ?? 0)) }
+            }
+            for key in state.patternKeys {
+                guard let entry = state.subscriptions[key], entry.pattern.matches(frame.name) else { continue }
+                let drops = state.pendingDrops.removeValue(forKey: key) ?? 0
+                for core in entry.observations { targets.append((core, drops)) }
+            }
+            return targets
         }
-        let notification = ReceivedNotification(
+        guard !targets.isEmpty else { return }
+        var notification = ReceivedNotification(
             name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
             sender: frame.sender)
-        for observer in observers { observer.deliver(notification) }
+        notification.mergedCount = mergedCount
+        for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
+            notification.droppedBefore = drops
+            observer.deliver(notification)
+        }
+    }
+
+    /// A retained notification answers one observation's request for the current value: only it receives it.
+    private func deliverRetained(_ frame: NotificationFrame, requestID: UInt32) {
+        guard case .currentValue(let core, _) = state.withLockedValue({ $0.pending[requestID] }) else { return }
+        var notification = ReceivedNotification(
+            name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
+            sender: frame.sender)
+        notification.isRetained = true
+        core.deliver(notification)
+    }
+
+    private func handleOK(_ requestID: UInt32) {
+        let (request, schedule) = state.withLockedValue { state -> (State.PendingRequest?, Bool) in
+            let request = state.pending.removeValue(forKey: requestID)
+            // The probe subscription only existed to fetch the current value: drop it again.
+            guard case .currentValue(_, let probe?) = request, state.channel != nil else { return (request, false) }
+            let unsubscribeID = state.makeRequestID()
+            state.pending[unsubscribeID] = .unsubscribe(pattern: "(current value probe)")
+            return (request, enqueueLocked(.unsubscribe(requestID: unsubscribeID, subscriptionID: probe), &state))
+        }
+        if schedule { scheduleFlush() }
+        switch request {
+        case .acknowledged(let continuation): continuation.resume()
+        case .currentValue(let core, _): core.finishWaitingForCurrentValue()
+        default: break
+        }
     }
 
     // MARK: Outgoing frames
@@ -406,7 +497,7 @@ final class CenterCore: Sendable {
 
     // MARK: Requests
 
-    func post(_ name: String, payload: ByteBuffer) throws(NotifyError) {
+    func post(_ name: String, payload: ByteBuffer, retain: Bool = false) throws(NotifyError) {
         try validate(name)
         if NotificationName.isProcessLocal(name) {
             postLocally(name, payload: payload)
@@ -415,13 +506,14 @@ final class CenterCore: Sendable {
         let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
             do throws(NotifyError) { try checkPayload(payload, state.limits) } catch { return .failure(error) }
             guard state.channel != nil else { return holdLocked(name, payload, &state) }
-            let post = ClientFrame.Post(requestID: state.makeUnacknowledgedPostID(), name: name, payload: payload)
+            let post = ClientFrame.Post(
+                requestID: state.makeUnacknowledgedPostID(), flags: retain ? .retain : [], name: name, payload: payload)
             return .success(enqueueLocked(.post(post), &state))
         }
         if try outcome.get() { scheduleFlush() }
     }
 
-    func postAcknowledged(_ name: String, payload: ByteBuffer) async throws -> PostReceipt {
+    func postAcknowledged(_ name: String, payload: ByteBuffer, retain: Bool = false) async throws -> PostReceipt {
         try validate(name)
         if NotificationName.isProcessLocal(name) {
             let delivered = postLocally(name, payload: payload)
@@ -434,7 +526,8 @@ final class CenterCore: Sendable {
                 do throws(NotifyError) { try checkPayload(payload, state.limits) } catch { return .failure(error) }
                 let requestID = state.makeRequestID()
                 state.pending[requestID] = .post(name: name, continuation)
-                let post = ClientFrame.Post(requestID: requestID, flags: .ackWanted, name: name, payload: payload)
+                let post = ClientFrame.Post(
+                    requestID: requestID, flags: retain ? [.ackWanted, .retain] : .ackWanted, name: name, payload: payload)
                 return .success(enqueueLocked(.post(post), &state))
             }
             switch outcome {
@@ -503,7 +596,14 @@ final class CenterCore: Sendable {
 
     @discardableResult
     private func postLocally(_ name: String, payload: ByteBuffer) -> Int {
-        guard let observers = state.withLockedValue({ $0.names[name]?.observations }) else { return 0 }
+        let observers = state.withLockedValue { state -> [ObservationCore] in
+            var observers = state.exactObservers[name] ?? []
+            for key in state.patternKeys where state.subscriptions[key]?.pattern.matches(name) == true {
+                observers += state.subscriptions[key]!.observations
+            }
+            return observers
+        }
+        guard !observers.isEmpty else { return 0 }
         let notification = ReceivedNotification(
             name: name, payload: Array(payload.readableBytesView), sequence: 0, sender: localSender)
         for observer in observers { observer.deliver(notification) }
@@ -513,45 +613,138 @@ final class CenterCore: Sendable {
     // MARK: Observations
 
     func addObservation(
-        _ name: String, target: DeliveryTarget, handler: @escaping @Sendable (ReceivedNotification) -> Void
+        _ patternText: String, target: DeliveryTarget, options: ObservationOptions,
+        handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) throws(NotifyError) -> ObservationCore {
-        try validate(name)
+        let pattern: NotificationPattern
+        do {
+            pattern = try NotificationPattern(patternText)
+        } catch {
+            throw NotifyError.invalidName(error)
+        }
+        let key = SubscriptionKey(pattern: patternText, policy: options.policy)
+        let isLocal = NotificationName.isProcessLocal(patternText)
         let (core, schedule) = state.withLockedValue { state -> (ObservationCore, Bool) in
             let id = state.nextObservationID
             state.nextObservationID += 1
             let core = ObservationCore(
-                id: id, name: name, executor: target.makeExecutor(label: "notify.observation.\(id)"), handler: handler)
-            if state.names[name] != nil {
-                state.names[name]!.observations.append(core)
-                return (core, false)
+                id: id, name: patternText, key: key, executor: target.makeExecutor(label: "notify.observation.\(id)"),
+                handler: handler)
+            if pattern.hasWildcards {
+                state.patternKeys.insert(key)
+            } else {
+                state.exactObservers[patternText, default: []].append(core)
             }
-            let subscriptionID = state.nextSubscriptionID
-            state.nextSubscriptionID &+= 1
-            state.names[name] = State.NameEntry(subscriptionID: subscriptionID, observations: [core])
-            guard !NotificationName.isProcessLocal(name), state.channel != nil else { return (core, false) }
+            let isNew = state.subscriptions[key] == nil
+            if isNew {
+                let subscriptionID = state.nextSubscriptionID
+                state.nextSubscriptionID &+= 1
+                state.subscriptions[key] = State.SubscriptionEntry(id: subscriptionID, pattern: pattern, observations: [core])
+                state.keysByID[subscriptionID] = key
+            } else {
+                state.subscriptions[key]!.observations.append(core)
+            }
+            guard !isLocal, state.channel != nil else { return (core, false) }
+            let wantsCurrent = options.receivesCurrentValue
+            if !isNew && !wantsCurrent { return (core, false) }
             let requestID = state.makeRequestID()
-            state.pending[requestID] = .subscribe(name: name)
-            return (core, enqueueLocked(.subscribe(requestID: requestID, subscriptionID: subscriptionID, name: name), &state))
+            var subscriptionID = state.subscriptions[key]!.id
+            var probe: UInt32?
+            if !isNew {
+                // An existing subscription cannot fetch the current value for one new observation: a short-lived
+                // extra subscription does, atomically with its registration in the daemon.
+                subscriptionID = state.nextSubscriptionID
+                state.nextSubscriptionID &+= 1
+                probe = subscriptionID
+            }
+            if wantsCurrent {
+                core.beginWaitingForCurrentValue()
+                state.pending[requestID] = .currentValue(core, probe: probe)
+            } else {
+                state.pending[requestID] = .subscribe(pattern: patternText)
+            }
+            let frame = ClientFrame.subscribe(
+                .init(
+                    requestID: requestID, subscriptionID: subscriptionID, flags: wantsCurrent ? .sendRetained : [],
+                    policy: options.policy, pattern: patternText))
+            return (core, enqueueLocked(frame, &state))
         }
         if schedule { scheduleFlush() }
+        if isLocal, options.receivesCurrentValue { core.finishWaitingForCurrentValue() }
         return core
     }
 
     func remove(_ core: ObservationCore) {
+        let key = core.key
         let schedule = state.withLockedValue { state -> Bool in
-            guard var entry = state.names[core.name] else { return false }
+            if var exact = state.exactObservers[key.pattern] {
+                exact.removeAll { $0 === core }
+                state.exactObservers[key.pattern] = exact.isEmpty ? nil : exact
+            }
+            guard var entry = state.subscriptions[key] else { return false }
             entry.observations.removeAll { $0 === core }
             guard entry.observations.isEmpty else {
-                state.names[core.name] = entry
+                state.subscriptions[key] = entry
                 return false
             }
-            state.names.removeValue(forKey: core.name)
-            guard !NotificationName.isProcessLocal(core.name), state.channel != nil else { return false }
+            state.subscriptions.removeValue(forKey: key)
+            state.keysByID.removeValue(forKey: entry.id)
+            state.patternKeys.remove(key)
+            state.pendingDrops.removeValue(forKey: key)
+            guard !NotificationName.isProcessLocal(key.pattern), state.channel != nil else { return false }
             let requestID = state.makeRequestID()
-            state.pending[requestID] = .unsubscribe(name: core.name)
-            return enqueueLocked(.unsubscribe(requestID: requestID, subscriptionID: entry.subscriptionID), &state)
+            state.pending[requestID] = .unsubscribe(pattern: key.pattern)
+            return enqueueLocked(.unsubscribe(requestID: requestID, subscriptionID: entry.id), &state)
         }
         if schedule { scheduleFlush() }
+    }
+
+    // MARK: State, suspension, introspection
+
+    /// Sends a request built with a fresh request id and waits for its answer.
+    private func request<Value: Sendable>(
+        _ make: (UInt32) -> ClientFrame,
+        pending: (CheckedContinuation<Value, Error>) -> State.PendingRequest,
+        onSent: @Sendable (inout State) -> Void = { _ in }
+    ) async throws -> Value {
+        try await waitForConnectionIfConfigured()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, Error>) in
+            let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
+                guard state.channel != nil else { return .failure(notConnectedError(state)) }
+                let requestID = state.makeRequestID()
+                state.pending[requestID] = pending(continuation)
+                onSent(&state)
+                return .success(enqueueLocked(make(requestID), &state))
+            }
+            switch outcome {
+            case .failure(let error): continuation.resume(throwing: error)
+            case .success(let schedule): if schedule { scheduleFlush() }
+            }
+        }
+    }
+
+    func setState(_ value: UInt64, for name: String) async throws {
+        try validate(name)
+        try await request({ .setState(requestID: $0, name: name, value: value) }, pending: { .acknowledged($0) })
+    }
+
+    func state(of name: String) async throws -> UInt64? {
+        try validate(name)
+        return try await request({ .getState(requestID: $0, name: name) }, pending: { .state($0) })
+    }
+
+    func suspend() async throws {
+        try await request({ .suspend(requestID: $0) }, pending: { .acknowledged($0) }, onSent: { $0.suspendCount += 1 })
+    }
+
+    func resume() async throws {
+        let suspended = state.withLockedValue { $0.suspendCount > 0 }
+        guard suspended else { throw NotifyError.rejected(code: .invalidRequest, message: "resume() without a matching suspend()") }
+        try await request({ .resume(requestID: $0) }, pending: { .acknowledged($0) }, onSent: { $0.suspendCount -= 1 })
+    }
+
+    func query(_ kind: QueryKind, argument: String) async throws -> ByteBuffer {
+        try await request({ .query(requestID: $0, kind: kind.rawValue, argument: argument) }, pending: { .query($0) })
     }
 
     // MARK: Events
@@ -608,8 +801,11 @@ final class CenterCore: Sendable {
     private static func fail(_ requests: [State.PendingRequest], with error: Error) {
         for request in requests {
             switch request {
-            case .ping(let continuation): continuation.resume(throwing: error)
+            case .ping(let continuation), .acknowledged(let continuation): continuation.resume(throwing: error)
             case .post(_, let continuation): continuation.resume(throwing: error)
+            case .state(let continuation): continuation.resume(throwing: error)
+            case .query(let continuation): continuation.resume(throwing: error)
+            case .currentValue(let core, _): core.finishWaitingForCurrentValue()
             case .subscribe, .unsubscribe: break
             }
         }
@@ -619,4 +815,10 @@ final class CenterCore: Sendable {
         if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
         return "\(error)"
     }
+}
+
+/// A daemon subscription's identity in the library: the pattern and the policy.
+struct SubscriptionKey: Hashable, Sendable {
+    var pattern: String
+    var policy: DeliveryPolicy
 }

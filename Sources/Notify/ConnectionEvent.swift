@@ -8,8 +8,10 @@ public enum ConnectionEvent: Sendable, Equatable, CustomStringConvertible {
     case connected(daemonRestarted: Bool, instanceID: InstanceID)
     /// The connection ended; the center reconnects by itself unless it was closed.
     case disconnected(reason: String)
-    /// The daemon dropped notifications for this center because it did not read them fast enough.
-    case notificationsDropped(count: UInt64)
+    /// The daemon dropped notifications for this center because it could not take them in time: for the
+    /// subscription to `pattern` under its `queue` policy, or (`pattern` nil) because the daemon's bound for
+    /// held notifications was reached.
+    case notificationsDropped(count: UInt64, pattern: String?)
     /// The daemon rejected a request that had no caller waiting for the answer (a subscription, or a post
     /// made without acknowledgement).
     case requestRejected(operation: String, error: String)
@@ -25,7 +27,7 @@ public enum ConnectionEvent: Sendable, Equatable, CustomStringConvertible {
             a.name == b.name && a.typeName == b.typeName && a.notification == b.notification
         case (.connected(let a, let b), .connected(let c, let d)): a == c && b == d
         case (.disconnected(let a), .disconnected(let b)): a == b
-        case (.notificationsDropped(let a), .notificationsDropped(let b)): a == b
+        case (.notificationsDropped(let a, let b), .notificationsDropped(let c, let d)): a == c && b == d
         case (.requestRejected(let a, let b), .requestRejected(let c, let d)): a == c && b == d
         case (.postsExpired(let a), .postsExpired(let b)): a == b
         default: false
@@ -37,7 +39,8 @@ public enum ConnectionEvent: Sendable, Equatable, CustomStringConvertible {
         case .connected(let restarted, let instance):
             "connected to daemon \(instance) (daemon restarted: \(restarted ? "yes" : "no"))"
         case .disconnected(let reason): "disconnected: \(reason)"
-        case .notificationsDropped(let count): "daemon dropped \(count) notification(s) for this client"
+        case .notificationsDropped(let count, let pattern):
+            "daemon dropped \(count) notification(s) for this client" + (pattern.map { " on \($0)" } ?? "")
         case .requestRejected(let operation, let error): "\(operation) rejected: \(error)"
         case .messageDecodingFailed(let error): "\(error)"
         case .postsExpired(let count): "\(count) post(s) made while disconnected expired before a connection came"

@@ -78,6 +78,15 @@ public final class NotifyCenter: Sendable {
         }
     }
 
+    /// Checks a name or pattern (with `*` and `>` labels) without contacting the daemon.
+    public static func validate(pattern: String) throws(NotifyError) {
+        do {
+            _ = try NotificationPattern(pattern)
+        } catch {
+            throw NotifyError.invalidName(error)
+        }
+    }
+
     // MARK: Posting
 
     /// Posts a notification without waiting for the daemon.
@@ -89,13 +98,16 @@ public final class NotifyCenter: Sendable {
     ///
     /// - Throws: ``NotifyError/invalidName(_:)``, ``NotifyError/payloadTooLarge(size:limit:)``, or
     ///   ``NotifyError/notConnected(path:)`` while the center is between connections.
-    public func post(_ name: String, payload: some Collection<UInt8> = [UInt8]()) throws {
-        try core.post(name, payload: ByteBuffer(bytes: payload))
+    ///
+    /// With `retain`, the daemon also keeps the notification as the name's current value, handed to later
+    /// observers that ask for it (``ObservationOptions/receivesCurrentValue``).
+    public func post(_ name: String, payload: some Collection<UInt8> = [UInt8](), retain: Bool = false) throws {
+        try core.post(name, payload: ByteBuffer(bytes: payload), retain: retain)
     }
 
     /// Posts a notification whose payload is `text` in UTF-8.
-    public func post(_ name: String, text: String) throws {
-        try core.post(name, payload: ByteBuffer(string: text))
+    public func post(_ name: String, text: String, retain: Bool = false) throws {
+        try core.post(name, payload: ByteBuffer(string: text), retain: retain)
     }
 
     /// Posts a notification and waits for the daemon's receipt: the sequence number and how many connections it
@@ -104,8 +116,10 @@ public final class NotifyCenter: Sendable {
     /// - Throws: as ``post(_:payload:)``, plus ``NotifyError/rejected(code:message:)`` when the daemon refuses
     ///   it and ``NotifyError/connectionLost(reason:)`` when the connection ends first.
     @discardableResult
-    public func postAndWait(_ name: String, payload: some Collection<UInt8> = [UInt8]()) async throws -> PostReceipt {
-        try await core.postAcknowledged(name, payload: ByteBuffer(bytes: payload))
+    public func postAndWait(
+        _ name: String, payload: some Collection<UInt8> = [UInt8](), retain: Bool = false
+    ) async throws -> PostReceipt {
+        try await core.postAcknowledged(name, payload: ByteBuffer(bytes: payload), retain: retain)
     }
 
     /// Returns once the daemon has processed everything this center sent before the call: subscriptions made
@@ -123,18 +137,24 @@ public final class NotifyCenter: Sendable {
     /// disconnected become active when the connection is (re-)established; call ``synchronize()`` to wait
     /// until the daemon has the subscription.
     ///
+    /// `name` may be a pattern: `*` stands for one label and `>` (last) for one or more labels, as in
+    /// `org.example.*.changed` or `org.example.>`.
+    ///
     /// - Parameters:
-    ///   - name: the notification name (`self.` names stay in this process).
+    ///   - name: the notification name or pattern (`self.` names stay in this process).
     ///   - target: where the handler runs; by default the calling context (see ``DeliveryTarget``).
+    ///   - options: the daemon's policy when this process falls behind, and whether to start with the current
+    ///     (retained) value.
     ///   - isolation: the caller's actor, used by ``DeliveryTarget/current``; leave the default.
     ///   - handler: called once per notification.
     /// - Throws: ``NotifyError/invalidName(_:)``.
     public func observe(
-        _ name: String, on target: DeliveryTarget = .current, isolation: isolated (any Actor)? = #isolation,
+        _ name: String, on target: DeliveryTarget = .current, options: ObservationOptions = ObservationOptions(),
+        isolation: isolated (any Actor)? = #isolation,
         handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) throws -> Observation {
         let resolved = target.resolved(isolation: isolation)
-        let core = try core.addObservation(name, target: resolved, handler: handler)
+        let core = try core.addObservation(name, target: resolved, options: options, handler: handler)
         return Observation(core: core, center: self)
     }
 

@@ -6,20 +6,31 @@ import NIOConcurrencyHelpers
 /// dropped.
 final class ObservationCore: Sendable {
     let id: UInt64
+    /// The observed name or pattern.
     let name: String
+    /// The daemon subscription it belongs to.
+    let key: SubscriptionKey
     private let executor: any DeliveryExecutor
     private let handler: @Sendable (ReceivedNotification) -> Void
     private let gate = HandlerGate()
+    /// Set while the observation waits for its current (retained) value: live notifications the daemon sent
+    /// before it registered the observation are skipped, so the current value comes first.
+    private let waitingForCurrentValue = NIOLockedValueBox(false)
 
     init(
-        id: UInt64, name: String, executor: any DeliveryExecutor,
+        id: UInt64, name: String, key: SubscriptionKey, executor: any DeliveryExecutor,
         handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) {
         self.id = id
         self.name = name
+        self.key = key
         self.executor = executor
         self.handler = handler
     }
+
+    var isWaitingForCurrentValue: Bool { waitingForCurrentValue.withLockedValue { $0 } }
+    func beginWaitingForCurrentValue() { waitingForCurrentValue.withLockedValue { $0 = true } }
+    func finishWaitingForCurrentValue() { waitingForCurrentValue.withLockedValue { $0 = false } }
 
     var isCancelled: Bool { gate.isClosed }
 

@@ -14,6 +14,15 @@ public struct ReceivedNotification: Sendable, Hashable {
     public var sequence: UInt64
     /// Who posted it (pid, uid, gid), verified by the kernel, not claimed by the poster.
     public var sender: SenderCredentials
+    /// Under the `coalesce` policy: how many earlier notifications on this name the daemon merged into this
+    /// one while the observer could not keep up (0 normally).
+    public var mergedCount: UInt64 = 0
+    /// Under the `queue` policy: how many notifications of this subscription the daemon dropped just before
+    /// this one (0 normally).
+    public var droppedBefore: UInt64 = 0
+    /// Whether this is the retained notification delivered as the current value when observing began
+    /// (``ObservationOptions/receivesCurrentValue``), rather than a new post.
+    public var isRetained = false
 
     /// Creates a notification value (the library creates these; tests and process-local posts may too).
     public init(name: String, payload: [UInt8], sequence: UInt64, sender: SenderCredentials) {

@@ -1,9 +1,14 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Logging
 import NIOCore
 import NotifyWire
 
 /// One client connection: decodes its frames, carries out its requests against the router, and owns its
-/// bounded outbound queue. Runs on the server's event loop only.
+/// bounded outbound queue and the notifications held for it. Runs on the server's event loop only.
 final class ClientConnection: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
@@ -18,35 +23,54 @@ final class ClientConnection: ChannelInboundHandler {
         case closed
     }
 
+    private struct Subscription {
+        var pattern: NotificationPattern
+        var policy: DeliveryPolicy
+    }
+
     private let router: SubscriptionRouter
     private var context: ChannelHandlerContext?
     private var state = State.awaitingHello
     private var accumulator: FrameAccumulator<ClientFrame>
-    private var outbound: OutboundQueue
+    private var outbound = OutboundQueue(allocator: ByteBufferAllocator())
+    private var held: HeldNotifications?
+    private var suspendCount = 0
     private var isDirty = false
     private var isReadingPaused = false
     private(set) var logger: Logger
+    private let limit: Int
 
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     private(set) var credentials = SenderCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
+    private(set) var peer = AccessControl.Peer(uid: UInt32.max, groups: [])
+    private var account: UIDAccount?
+    /// Bytes this connection has counted in its account (pending plus held).
+    private var accountedBytes = 0
     private(set) var clientName = ""
     /// The connection's number in accept order.
     private(set) var number: UInt64 = 0
-    /// Subscription id → name.
-    private var subscriptions: [UInt32: String] = [:]
-    /// Name → number of this connection's subscriptions naming it.
-    private(set) var subscribedNames: [String: Int] = [:]
+    /// The sequence number of the last post routed to this connection (to deliver each post once).
+    var lastRoutedSequence: UInt64 = 0
+
+    private var subscriptions: [UInt32: Subscription] = [:]
+    /// Exact name → number of this connection's subscriptions naming it.
+    private var exactNames: [String: Int] = [:]
+    /// Pattern text → number of this connection's subscriptions using it.
+    private var patternCounts: [String: Int] = [:]
+    private(set) var merged: UInt64 = 0
+    private(set) var dropped: UInt64 = 0
 
     init(router: SubscriptionRouter) {
         self.router = router
         self.accumulator = FrameAccumulator(maxFrameLength: router.configuration.limits.maxFrameLength)
-        self.outbound = OutboundQueue(limit: router.configuration.outboundByteLimit, allocator: ByteBufferAllocator())
         self.logger = router.logger
+        self.limit = router.configuration.outboundByteLimit
     }
 
     var subscriptionCount: Int { subscriptions.count }
     var pendingOutboundBytes: Int { outbound.pendingBytes }
-    var droppedNotifications: UInt64 { outbound.droppedTotal }
+    var heldBytes: Int { held?.bytes ?? 0 }
+    var isHolding: Bool { held != nil }
 
     // MARK: Channel events
 
@@ -56,13 +80,23 @@ final class ClientConnection: ChannelInboundHandler {
 
     func channelActive(context: ChannelHandlerContext) {
         number = router.register(self)
-        if let peer = PeerCredentials.read(from: context.channel) {
-            credentials = peer
+        if let peerCredentials = PeerCredentials.read(from: context.channel) {
+            credentials = peerCredentials
         }
+        peer = AccessControl.Peer(credentials: credentials)
+        let account = router.account(for: credentials.uid)
+        account.connections += 1
+        self.account = account
         logger[metadataKey: "connection"] = "\(number)"
         logger[metadataKey: "pid"] = "\(credentials.pid)"
         logger[metadataKey: "uid"] = "\(credentials.uid)"
         logger.debug("connection opened")
+        let quota = router.configuration.access.quotas.connectionsPerUID
+        if !account.isExempt, account.connections > quota {
+            logger.warning("connection refused: per-user connection quota reached", metadata: ["quota": "\(quota)"])
+            failClosing(.quotaExceeded, "uid \(credentials.uid) already has the maximum of \(quota) connections")
+            router.flushDirtyConnections()
+        }
         context.fireChannelActive()
     }
 
@@ -70,9 +104,7 @@ final class ClientConnection: ChannelInboundHandler {
         if state != .closed {
             state = .closed
             router.unregister(self)
-            logger.debug(
-                "connection closed",
-                metadata: outbound.droppedTotal > 0 ? ["dropped": "\(outbound.droppedTotal)"] : nil)
+            logger.debug("connection closed", metadata: dropped + merged > 0 ? ["dropped": "\(dropped)", "merged": "\(merged)"] : nil)
         }
         context.fireChannelInactive()
     }
@@ -129,14 +161,28 @@ final class ClientConnection: ChannelInboundHandler {
         switch frame {
         case .hello:
             break  // handled above
-        case .subscribe(let requestID, let subscriptionID, let name):
-            handleSubscribe(requestID: requestID, subscriptionID: subscriptionID, name: name)
+        case .subscribe(let subscribe):
+            handleSubscribe(subscribe)
         case .unsubscribe(let requestID, let subscriptionID):
             handleUnsubscribe(requestID: requestID, subscriptionID: subscriptionID)
         case .post(let post):
             handlePost(post)
         case .ping(let requestID):
             reply(.pong(requestID: requestID))
+        case .setState(let requestID, let name, let value):
+            handleSetState(requestID: requestID, name: name, value: value)
+        case .getState(let requestID, let name):
+            handleGetState(requestID: requestID, name: name)
+        case .suspend(let requestID):
+            suspendCount += 1
+            reply(.ok(requestID: requestID))
+        case .resume(let requestID):
+            handleResume(requestID: requestID)
+        case .query(let requestID, let kind, let argument):
+            switch router.query(kind: kind, argument: argument, requesterUID: credentials.uid) {
+            case .success(let json): reply(.queryResult(requestID: requestID, json: json))
+            case .failure(let denial): reject(requestID, .invalidRequest, denial.message)
+            }
         }
     }
 
@@ -161,41 +207,103 @@ final class ClientConnection: ChannelInboundHandler {
                     serverName: router.configuration.serverName)))
     }
 
-    private func handleSubscribe(requestID: UInt32, subscriptionID: UInt32, name: String) {
-        if let problem = invalidNameReason(name) {
-            reject(requestID, .invalidName, problem)
+    private func handleSubscribe(_ subscribe: ClientFrame.Subscribe) {
+        let requestID = subscribe.requestID
+        let unknownFlags = subscribe.flags.subtracting(.known)
+        guard unknownFlags.isEmpty else {
+            reject(requestID, .unsupportedFlags, "SUBSCRIBE flags 0x\(String(unknownFlags.rawValue, radix: 16)) are not defined")
             return
         }
-        guard subscriptions[subscriptionID] == nil else {
-            reject(requestID, .duplicateSubscription, "subscription id \(subscriptionID) is already in use on this connection")
-            return
-        }
-        guard subscriptions.count < Int(router.configuration.limits.maxSubscriptions) else {
+        guard let policy = subscribe.policy else {
             reject(
-                requestID, .tooManySubscriptions,
-                "this connection already holds the maximum of \(router.configuration.limits.maxSubscriptions) subscriptions")
+                requestID, .invalidRequest,
+                "policy \(subscribe.policyCode) with queue limit \(subscribe.queueLimit) is not valid "
+                    + "(0 coalesce and 2 disconnect take limit 0; 1 queue takes a limit of at least 1)")
             return
         }
-        subscriptions[subscriptionID] = name
-        let count = subscribedNames[name, default: 0]
-        subscribedNames[name] = count + 1
-        if count == 0 { router.addSubscriber(self, to: name) }
+        let pattern: NotificationPattern
+        do {
+            pattern = try NotificationPattern(subscribe.pattern, maxLength: Int(router.configuration.limits.maxNameLength))
+        } catch {
+            reject(requestID, .invalidName, error.description)
+            return
+        }
+        if NotificationName.isProcessLocal(pattern.text) {
+            reject(requestID, .invalidName, "invalid name '\(pattern.text)': names starting with 'self.' are process-local and never reach the daemon")
+            return
+        }
+        guard subscriptions[subscribe.subscriptionID] == nil else {
+            reject(requestID, .duplicateSubscription, "subscription id \(subscribe.subscriptionID) is already in use on this connection")
+            return
+        }
+        let limits = router.configuration.limits
+        guard subscriptions.count < Int(limits.maxSubscriptions) else {
+            reject(requestID, .tooManySubscriptions, "this connection already holds the maximum of \(limits.maxSubscriptions) subscriptions")
+            return
+        }
+        let quota = router.configuration.access.quotas.subscriptionsPerUID
+        if let account, !account.isExempt, account.subscriptions >= quota {
+            reject(requestID, .quotaExceeded, "uid \(credentials.uid) already holds the maximum of \(quota) subscriptions")
+            return
+        }
+        if let denial = router.access.checkObserve(pattern, by: peer) {
+            logger.notice("subscription denied", metadata: ["name": "\(pattern.text)", "reason": "\(denial.message)"])
+            reject(requestID, .permissionDenied, denial.message)
+            return
+        }
+        subscriptions[subscribe.subscriptionID] = Subscription(pattern: pattern, policy: policy)
+        account?.subscriptions += 1
+        if pattern.hasWildcards {
+            let count = patternCounts[pattern.text, default: 0]
+            patternCounts[pattern.text] = count + 1
+            if count == 0 { router.addPattern(pattern, for: self) }
+        } else {
+            let count = exactNames[pattern.text, default: 0]
+            exactNames[pattern.text] = count + 1
+            if count == 0 { router.addSubscriber(self, to: pattern.text) }
+        }
+        // Retained notifications first: the OK that follows tells the client the current values are complete.
+        if subscribe.flags.contains(.sendRetained) {
+            for notification in router.retainedNotifications(matching: pattern, for: peer) {
+                outbound.append(.retained(requestID: requestID, notification))
+            }
+        }
         reply(.ok(requestID: requestID))
     }
 
     private func handleUnsubscribe(requestID: UInt32, subscriptionID: UInt32) {
-        guard let name = subscriptions.removeValue(forKey: subscriptionID) else {
+        guard let subscription = subscriptions.removeValue(forKey: subscriptionID) else {
             reject(requestID, .unknownSubscription, "no subscription with id \(subscriptionID) on this connection")
             return
         }
-        let count = subscribedNames[name, default: 1] - 1
-        if count == 0 {
-            subscribedNames.removeValue(forKey: name)
-            router.removeSubscriber(self, from: name)
-        } else {
-            subscribedNames[name] = count
-        }
+        account?.subscriptions -= 1
+        removeFromRouter(subscription.pattern)
         reply(.ok(requestID: requestID))
+    }
+
+    private func removeFromRouter(_ pattern: NotificationPattern) {
+        if pattern.hasWildcards {
+            let count = patternCounts[pattern.text, default: 1] - 1
+            patternCounts[pattern.text] = count == 0 ? nil : count
+            if count == 0 { router.removePattern(pattern, for: self) }
+        } else {
+            let count = exactNames[pattern.text, default: 1] - 1
+            exactNames[pattern.text] = count == 0 ? nil : count
+            if count == 0 { router.removeSubscriber(self, from: pattern.text) }
+        }
+    }
+
+    /// Removes every subscription from the router and returns this connection's share of its user's account
+    /// (when the connection ends).
+    func releaseSubscriptions() {
+        for subscription in subscriptions.values { removeFromRouter(subscription.pattern) }
+        account?.subscriptions -= subscriptions.count
+        subscriptions.removeAll()
+        held = nil
+        account?.connections -= 1
+        account?.outboundBytes -= accountedBytes
+        accountedBytes = 0
+        account = nil
     }
 
     private func handlePost(_ post: ClientFrame.Post) {
@@ -204,22 +312,74 @@ final class ClientConnection: ChannelInboundHandler {
             reject(post.requestID, .unsupportedFlags, "POST flags 0x\(String(unknownFlags.rawValue, radix: 16)) are not defined")
             return
         }
-        // A name with subscribers passed the grammar when it was subscribed; only unknown names need checking.
+        // A name with exact subscribers passed the grammar when it was subscribed; others need checking.
         if !router.hasSubscribers(post.name), let problem = invalidNameReason(post.name) {
             reject(post.requestID, .invalidName, problem)
             return
         }
-        let limit = router.configuration.limits.maxPayloadLength
-        guard post.payload.readableBytes <= Int(limit) else {
+        let maxPayload = router.configuration.limits.maxPayloadLength
+        guard post.payload.readableBytes <= Int(maxPayload) else {
             reject(
                 post.requestID, .payloadTooLarge,
-                "payload of \(post.payload.readableBytes) bytes exceeds the limit of \(limit) bytes")
+                "payload of \(post.payload.readableBytes) bytes exceeds the limit of \(maxPayload) bytes")
             return
         }
-        let (sequence, delivered) = router.post(name: post.name, payload: post.payload, sender: credentials)
+        if let denial = router.access.checkPost(post.name, by: peer, action: "post") {
+            logger.notice("post denied", metadata: ["name": "\(post.name)", "reason": "\(denial.message)"])
+            reject(post.requestID, .permissionDenied, denial.message)
+            return
+        }
+        let retain = post.flags.contains(.retain)
+        if retain, !router.mayRetain(post.payload.readableBytes, name: post.name, uid: credentials.uid) {
+            let quota = router.configuration.access.quotas.retainedBytesPerUID
+            reject(post.requestID, .quotaExceeded, "retaining this payload would exceed uid \(credentials.uid)'s quota of \(quota) retained bytes")
+            return
+        }
+        let (sequence, delivered) = router.post(
+            name: post.name, payload: post.payload, sender: credentials, retain: retain)
         if post.flags.contains(.ackWanted) {
             reply(.posted(requestID: post.requestID, sequence: sequence, deliveredCount: delivered))
         }
+    }
+
+    private func handleSetState(requestID: UInt32, name: String, value: UInt64) {
+        if let problem = invalidNameReason(name) {
+            reject(requestID, .invalidName, problem)
+            return
+        }
+        if let denial = router.access.checkPost(name, by: peer, action: "set the state of") {
+            logger.notice("state change denied", metadata: ["name": "\(name)", "reason": "\(denial.message)"])
+            reject(requestID, .permissionDenied, denial.message)
+            return
+        }
+        guard router.setState(value, for: name, uid: credentials.uid) else {
+            let quota = router.configuration.access.quotas.stateNamesPerUID
+            reject(requestID, .quotaExceeded, "uid \(credentials.uid) already set the state of the maximum of \(quota) names")
+            return
+        }
+        reply(.ok(requestID: requestID))
+    }
+
+    private func handleGetState(requestID: UInt32, name: String) {
+        if let problem = invalidNameReason(name) {
+            reject(requestID, .invalidName, problem)
+            return
+        }
+        if let rule = router.access.rule(for: name), !router.access.mayObserve(rule, peer) {
+            reject(requestID, .permissionDenied, "permission denied: you may not observe names under '\(rule.prefix)' (rule at \(rule.source))")
+            return
+        }
+        reply(.state(requestID: requestID, value: router.state(of: name)))
+    }
+
+    private func handleResume(requestID: UInt32) {
+        guard suspendCount > 0 else {
+            reject(requestID, .invalidRequest, "RESUME without a matching SUSPEND")
+            return
+        }
+        suspendCount -= 1
+        reply(.ok(requestID: requestID))
+        if suspendCount == 0 { releaseHeldIfPossible() }
     }
 
     private func invalidNameReason(_ name: String) -> String? {
@@ -234,20 +394,125 @@ final class ClientConnection: ChannelInboundHandler {
         return nil
     }
 
-    // MARK: Output
+    // MARK: Delivery
 
-    /// Queues a notification frame shared by all recipients. Returns `false` if it was dropped by the bound.
-    func enqueueNotification(_ frame: ByteBuffer) -> Bool {
+    /// Queues a notification frame shared by all recipients, or holds it under the matching subscription's
+    /// policy when the connection cannot take it now.
+    ///
+    /// - Returns: `false` if the notification was not delivered (the connection is closing or was just
+    ///   disconnected by the `disconnect` policy).
+    func deliver(_ frame: ByteBuffer, name: String, sequence: UInt64) -> Bool {
         guard state == .open else { return false }
-        guard outbound.appendNotification(frame) else { return false }
-        markDirty()
+        let size = frame.readableBytes
+        if held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, accountAllows(size) {
+            outbound.append(frame)
+            accountedBytes += size
+            account?.outboundBytes += size
+            markDirty()
+            return true
+        }
+        return hold(frame, name: name, sequence: sequence)
+    }
+
+    private func accountAllows(_ size: Int) -> Bool {
+        guard let account, !account.isExempt else { return true }
+        return account.outboundBytes + size <= router.configuration.access.quotas.outboundBytesPerUID
+    }
+
+    private func hold(_ frame: ByteBuffer, name: String, sequence: UInt64) -> Bool {
+        let (policy, subscriptionID) = strongestPolicy(for: name)
+        if suspendCount == 0, policy == .disconnect {
+            disconnectSlowConsumer(subscriptionID: subscriptionID)
+            return false
+        }
+        if held == nil {
+            held = HeldNotifications()
+            router.startedHolding(self)
+            logger.info(
+                suspendCount > 0 ? "holding notifications while suspended" : "client reads too slowly, holding notifications",
+                metadata: ["pending": "\(outbound.pendingBytes)"])
+        }
+        // While suspended, a `disconnect` subscription is held like a bounded queue: suspension is not slowness.
+        let effective = policy == .disconnect ? DeliveryPolicy.queue(limit: 1_000) : policy
+        let outcome = held!.hold(frame, name: name, sequence: sequence, policy: effective, subscriptionID: subscriptionID)
+        merged += outcome.merged
+        dropped += outcome.dropped
+        router.statistics.merged += outcome.merged
+        router.statistics.dropped += outcome.dropped
+        // Held bytes are bounded per connection and count towards the user's quota.
+        while held!.bytes > limit || !accountAllows(held!.bytes + outbound.pendingBytes - accountedBytes) {
+            let lost = held!.evictOldest()
+            if lost == 0 { break }
+            dropped += lost
+            router.statistics.dropped += lost
+        }
+        syncAccount()
         return true
     }
 
-    private func reply(_ frame: ServerFrame) {
-        outbound.appendReply(frame)
+    /// The policy of the most protective subscription matching `name`, and its id.
+    private func strongestPolicy(for name: String) -> (DeliveryPolicy, UInt32) {
+        var best: (policy: DeliveryPolicy, id: UInt32)?
+        for (id, subscription) in subscriptions {
+            let matches = subscription.pattern.hasWildcards ? subscription.pattern.matches(name) : subscription.pattern.text == name
+            if matches, best == nil || subscription.policy.strength > best!.policy.strength {
+                best = (subscription.policy, id)
+            }
+        }
+        return best.map { ($0.policy, $0.id) } ?? (.coalesce, 0)
+    }
+
+    /// Moves held notifications into the outbound queue once the connection has room and is not suspended.
+    func releaseHeldIfPossible() {
+        guard state == .open, held != nil, suspendCount == 0, outbound.pendingBytes <= limit / 2,
+            accountAllows(0)
+        else { return }
+        held!.release(into: &outbound.buffer, budget: limit - outbound.pendingBytes)
+        if held!.isEmpty {
+            held = nil
+            router.stoppedHolding(self)
+            logger.info("caught up, no notifications held any more")
+        }
+        syncAccount()
         markDirty()
-        if outbound.isOverLimit, !isReadingPaused, let context {
+        flushOutbound()
+    }
+
+    private func disconnectSlowConsumer(subscriptionID: UInt32) {
+        router.statistics.slowConsumerDisconnects += 1
+        let pattern = subscriptions[subscriptionID]?.pattern.text ?? "?"
+        logger.warning(
+            "disconnecting slow consumer", metadata: ["subscription": "\(subscriptionID)", "pattern": "\(pattern)"])
+        _ = outbound.discardUnflushed()
+        held = nil
+        router.stoppedHolding(self)
+        outbound.append(
+            .error(
+                ErrorFrame(
+                    requestID: ProtocolConstants.noRequest, code: .slowConsumer,
+                    message: "the client did not read its notifications fast enough (over \(limit) bytes pending) "
+                        + "and subscription \(subscriptionID) ('\(pattern)') asked to be disconnected")))
+        syncAccount()
+        closeAfterFlushing()
+        // A peer that never reads again would keep the connection open forever: close it after a grace period.
+        let grace = TimeAmount.nanoseconds(Int64(router.configuration.slowConsumerGraceSeconds * 1e9))
+        context?.eventLoop.assumeIsolated().scheduleTask(in: grace) { [self] in forceClose() }
+    }
+
+    /// Keeps the user's account in step with this connection's pending and held bytes.
+    private func syncAccount() {
+        let now = outbound.pendingBytes + (held?.bytes ?? 0)
+        account?.outboundBytes += now - accountedBytes
+        accountedBytes = now
+    }
+
+    // MARK: Output
+
+    private func reply(_ frame: ServerFrame) {
+        outbound.append(frame)
+        syncAccount()
+        markDirty()
+        if outbound.pendingBytes > limit, !isReadingPaused, let context {
             // The client sends requests faster than it reads their replies: stop reading its requests until
             // it catches up, so its replies cannot grow without bound either.
             isReadingPaused = true
@@ -264,7 +529,13 @@ final class ClientConnection: ChannelInboundHandler {
     private func fail(_ code: ErrorCode, _ message: String) {
         guard state == .awaitingHello || state == .open else { return }
         logger.notice("protocol error, closing connection", metadata: ["code": "\(code)", "reason": "\(message)"])
-        outbound.appendReply(.error(ErrorFrame(requestID: ProtocolConstants.noRequest, code: code, message: message)))
+        failClosing(code, message)
+    }
+
+    private func failClosing(_ code: ErrorCode, _ message: String) {
+        outbound.append(
+            .error(ErrorFrame(requestID: ProtocolConstants.noRequest, rawCode: code.rawValue, closesConnection: true, message: message)))
+        syncAccount()
         markDirty()
         closeAfterFlushing()
     }
@@ -283,7 +554,7 @@ final class ClientConnection: ChannelInboundHandler {
     func beginShutdown() -> EventLoopFuture<Void> {
         guard let context else { return router.eventLoop.makeSucceededVoidFuture() }
         if state == .awaitingHello || state == .open {
-            outbound.appendReply(
+            outbound.append(
                 .error(ErrorFrame(requestID: ProtocolConstants.noRequest, code: .shuttingDown, message: "notifyd is shutting down")))
             closeAfterFlushing()
         }
@@ -292,6 +563,7 @@ final class ClientConnection: ChannelInboundHandler {
 
     /// Closes at once, discarding what is queued (when the shutdown deadline has passed).
     func forceClose() {
+        guard state != .closed else { return }
         context?.close(promise: nil)
     }
 
@@ -324,11 +596,10 @@ final class ClientConnection: ChannelInboundHandler {
 
     private func writeCompleted(_ count: Int) {
         outbound.completeWrite(count)
+        syncAccount()
         guard state != .closed else { return }
-        if outbound.appendOverflowNoticeIfDrained() {
-            flushOutbound()
-        }
-        if isReadingPaused, outbound.pendingBytes <= outbound.limit / 2, let context {
+        releaseHeldIfPossible()
+        if isReadingPaused, outbound.pendingBytes <= limit / 2, let context {
             isReadingPaused = false
             context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
             context.read()
@@ -336,5 +607,24 @@ final class ClientConnection: ChannelInboundHandler {
         if state == .closing, outbound.pendingBytes == 0 {
             flushOutbound()
         }
+    }
+
+    // MARK: Introspection
+
+    func introspection() -> Introspection.Client {
+        Introspection.Client(
+            connection: number, pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
+            command: Self.commandName(of: credentials.pid), clientName: clientName, subscriptions: subscriptions.count,
+            pendingBytes: outbound.pendingBytes, heldBytes: held?.bytes ?? 0, suspended: suspendCount > 0,
+            merged: merged, dropped: dropped)
+    }
+
+    private static func commandName(of pid: UInt32) -> String? {
+        guard let file = fopen("/proc/\(pid)/comm", "r") else { return nil }
+        defer { fclose(file) }
+        var buffer = [CChar](repeating: 0, count: 64)
+        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
+        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return text.hasSuffix("\n") ? String(text.dropLast()) : text
     }
 }

@@ -66,6 +66,15 @@ public final class NotifyServer: Service, Sendable {
         }.get()
 
         self.router.withLockedValue { $0 = router }
+        let periodic = try await eventLoop.submit {
+            [
+                eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { _ in router.value.sampleRates() },
+                eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(50), delay: .milliseconds(50)) { _ in
+                    router.value.releaseHeldConnections()
+                },
+            ]
+        }.get()
+        defer { for task in periodic { task.cancel() } }
         defer { self.router.withLockedValue { $0 = nil } }
         let (channel, createdPath) = try await bind(router: router)
         logger.info(
@@ -98,6 +107,19 @@ public final class NotifyServer: Service, Sendable {
     /// close every connection, and return from ``run()``.
     public func shutdown() {
         listener.withLockedValue { $0 }?.close(promise: nil)
+    }
+
+    /// Replaces the reserved prefixes and quotas while running (for a configuration reload). Connections and
+    /// subscriptions stay; new requests are judged by the new rules.
+    public func updateAccess(_ access: AccessConfiguration) async {
+        guard let router = router.withLockedValue({ $0 }) else { return }
+        try? await router.eventLoop.submit { router.value.updateAccess(access) }.get()
+    }
+
+    /// The answer to a `status` query, or `nil` when the server is not running.
+    public func status() async -> Introspection.Status? {
+        guard let router = router.withLockedValue({ $0 }) else { return nil }
+        return try? await router.eventLoop.submit { router.value.status() }.get()
     }
 
     /// A snapshot of connections and counters, or `nil` when the server is not running.

@@ -16,6 +16,11 @@ public struct ServerConfiguration: Sendable {
     public var serverName: String
     /// How long a graceful shutdown waits for queued notifications to be written before closing anyway.
     public var shutdownDeadlineSeconds: Double
+    /// Reserved name prefixes and per-user quotas.
+    public var access: AccessConfiguration
+    /// How long a connection closed by the `disconnect` policy may take to read its last bytes (including the
+    /// `ERROR slow-consumer` frame) before it is closed regardless.
+    public var slowConsumerGraceSeconds: Double
 
     /// Creates a configuration.
     public init(
@@ -24,8 +29,12 @@ public struct ServerConfiguration: Sendable {
         limits: ServerLimits = .default,
         outboundByteLimit: Int = 8 * 1024 * 1024,
         serverName: String = "notifyd \(NotifyServer.version)",
-        shutdownDeadlineSeconds: Double = 5
+        shutdownDeadlineSeconds: Double = 5,
+        access: AccessConfiguration = AccessConfiguration(),
+        slowConsumerGraceSeconds: Double = 10
     ) {
+        self.access = access
+        self.slowConsumerGraceSeconds = slowConsumerGraceSeconds
         self.listenAddress = listenAddress
         self.socketMode = socketMode
         self.limits = limits

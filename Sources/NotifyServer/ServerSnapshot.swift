@@ -39,7 +39,7 @@ extension SubscriptionRouter {
                 ServerSnapshot.Client(
                     number: connection.number, credentials: connection.credentials, clientName: connection.clientName,
                     subscriptions: connection.subscriptionCount, pendingBytes: connection.pendingOutboundBytes,
-                    droppedNotifications: connection.droppedNotifications)
+                    droppedNotifications: connection.dropped)
             }.sorted { $0.number < $1.number },
             names: nameCount, posts: statistics.posts, deliveries: statistics.deliveries,
             dropped: statistics.dropped, outboundByteLimit: configuration.outboundByteLimit)

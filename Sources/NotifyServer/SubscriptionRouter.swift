@@ -1,13 +1,27 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import FoundationEssentials
 import Logging
 import NIOCore
 import NotifyWire
 
-/// The name-keyed subscriber table and the fan-out of posts. Lives on the server's single event loop, so it
-/// needs no locks: every connection handler calls it from that loop.
+/// The subscriber tables, the state and retained stores, and the fan-out of posts. Lives on the server's
+/// single event loop, so it needs no locks: every connection handler calls it from that loop.
 final class SubscriptionRouter {
-    /// The connections subscribed to one name, each once however many of its subscriptions name it.
+    /// The connections subscribed to one exact name, each once however many of its subscriptions name it.
     final class Subscribers {
         var connections: [ClientConnection] = []
+    }
+
+    /// The last notification posted with `retain` on a name.
+    struct RetainedNotification {
+        var sequence: UInt64
+        var sender: SenderCredentials
+        var payload: ByteBuffer
+        var ownerUID: UInt32
     }
 
     let eventLoop: EventLoop
@@ -15,17 +29,24 @@ final class SubscriptionRouter {
     let instanceID: InstanceID
     let daemonPID: UInt32
     let logger: Logger
+    private(set) var access: AccessControl
     private let allocator = ByteBufferAllocator()
+    private let startTime = NIODeadline.now()
 
-    private var table: [String: Subscribers] = [:]
+    private var exact: [String: Subscribers] = [:]
+    private let patterns = PatternTrie()
     private(set) var connections: [ObjectIdentifier: ClientConnection] = [:]
+    private var accounts: [UInt32: UIDAccount] = [:]
     /// Connections with bytes appended since their last flush.
     private var dirty: [ClientConnection] = []
     private var nextConnectionNumber: UInt64 = 0
+    private var states: [String: (value: UInt64, ownerUID: UInt32)] = [:]
+    private var retained: [String: RetainedNotification] = [:]
+    private var rateSamples: [(time: NIODeadline, posts: UInt64, deliveries: UInt64)] = []
 
     /// The sequence number of the last accepted post.
     private(set) var lastSequence: UInt64 = 0
-    private(set) var statistics = ServerStatistics()
+    var statistics = ServerStatistics()
 
     init(eventLoop: EventLoop, configuration: ServerConfiguration, instanceID: InstanceID, daemonPID: UInt32, logger: Logger) {
         self.eventLoop = eventLoop
@@ -33,14 +54,24 @@ final class SubscriptionRouter {
         self.instanceID = instanceID
         self.daemonPID = daemonPID
         self.logger = logger
+        self.access = AccessControl(configuration: configuration.access)
     }
 
-    var nameCount: Int { table.count }
+    var nameCount: Int { exact.count }
 
-    /// The number of connections subscribed to `name` (for tests and introspection).
-    func subscriberCount(of name: String) -> Int { table[name]?.connections.count ?? 0 }
+    /// Replaces the access rules and quotas (configuration reload); existing subscriptions are kept.
+    func updateAccess(_ configuration: AccessConfiguration) {
+        access = AccessControl(configuration: configuration)
+    }
 
-    // MARK: Connections
+    // MARK: Connections and accounts
+
+    func account(for uid: UInt32) -> UIDAccount {
+        if let account = accounts[uid] { return account }
+        let account = UIDAccount(uid: uid)
+        accounts[uid] = account
+        return account
+    }
 
     func register(_ connection: ClientConnection) -> UInt64 {
         nextConnectionNumber += 1
@@ -50,60 +81,151 @@ final class SubscriptionRouter {
     }
 
     func unregister(_ connection: ClientConnection) {
-        for name in connection.subscribedNames.keys { removeSubscriber(connection, from: name) }
-        connections.removeValue(forKey: ObjectIdentifier(connection))
+        guard connections.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
+        holding.removeValue(forKey: ObjectIdentifier(connection))
+        connection.releaseSubscriptions()
     }
 
     // MARK: Subscriptions
 
-    /// Adds `connection` to the subscribers of `name` (a connection is listed once per name).
+    /// Adds `connection` to the subscribers of exactly `name` (once per name and connection).
     func addSubscriber(_ connection: ClientConnection, to name: String) {
-        if let subscribers = table[name] {
+        if let subscribers = exact[name] {
             subscribers.connections.append(connection)
         } else {
             let subscribers = Subscribers()
             subscribers.connections.append(connection)
-            table[name] = subscribers
+            exact[name] = subscribers
         }
     }
 
     func removeSubscriber(_ connection: ClientConnection, from name: String) {
-        guard let subscribers = table[name] else { return }
+        guard let subscribers = exact[name] else { return }
         if let index = subscribers.connections.firstIndex(where: { $0 === connection }) {
             subscribers.connections.swapAt(index, subscribers.connections.count - 1)
             subscribers.connections.removeLast()
         }
-        if subscribers.connections.isEmpty { table.removeValue(forKey: name) }
+        if subscribers.connections.isEmpty { exact.removeValue(forKey: name) }
     }
 
-    /// Whether `name` has subscribers, which also proves it passed the name grammar when it was subscribed.
-    func hasSubscribers(_ name: String) -> Bool { table[name] != nil }
+    func addPattern(_ pattern: NotificationPattern, for connection: ClientConnection) {
+        patterns.insert(pattern, connection)
+    }
+
+    func removePattern(_ pattern: NotificationPattern, for connection: ClientConnection) {
+        patterns.remove(pattern, connection)
+    }
+
+    /// Whether `name` has exact subscribers, which also proves it passed the name grammar when subscribed.
+    func hasSubscribers(_ name: String) -> Bool { exact[name] != nil }
+
+    /// The number of connections subscribed to exactly `name` (for tests and introspection).
+    func subscriberCount(of name: String) -> Int { exact[name]?.connections.count ?? 0 }
 
     // MARK: Posting
 
-    /// Assigns the next sequence number and queues one shared encoding of the notification to every
-    /// subscriber of `name`.
+    /// Assigns the next sequence number and queues one shared encoding of the notification to every connection
+    /// with a matching subscription that may observe it, once per connection.
     ///
-    /// - Returns: the sequence number and the number of connections it was queued to.
-    func post(name: String, payload: ByteBuffer, sender: SenderCredentials) -> (sequence: UInt64, delivered: UInt32) {
+    /// - Returns: the sequence number and the number of connections it was queued or held for.
+    func post(name: String, payload: ByteBuffer, sender: SenderCredentials, retain: Bool) -> (sequence: UInt64, delivered: UInt32) {
         lastSequence &+= 1
         statistics.posts += 1
-        guard let subscribers = table[name] else { return (lastSequence, 0) }
+        let sequence = lastSequence
+        if retain { storeRetained(name: name, payload: payload, sender: sender, sequence: sequence) }
 
-        var frame = allocator.buffer(
-            capacity: NotificationFrame.encodedLength(
-                nameByteCount: name.utf8.count, payloadByteCount: payload.readableBytes))
-        NotificationFrame.encode(sequence: lastSequence, sender: sender, name: name, payload: payload, into: &frame)
-
+        let rule = access.hasRules ? access.rule(for: name) : nil
+        let restricted = rule.map { $0.observe != .all } ?? false
+        var frame: ByteBuffer?
         var delivered: UInt32 = 0
-        for connection in subscribers.connections {
-            if connection.enqueueNotification(frame) {
-                delivered += 1
+
+        func offer(_ connection: ClientConnection) {
+            // A connection whose several subscriptions match still receives the notification once.
+            guard connection.lastRoutedSequence != sequence else { return }
+            connection.lastRoutedSequence = sequence
+            if restricted, !access.mayObserve(rule!, connection.peer) { return }
+            if frame == nil {
+                var encoded = allocator.buffer(
+                    capacity: NotificationFrame.encodedLength(
+                        nameByteCount: name.utf8.count, payloadByteCount: payload.readableBytes))
+                NotificationFrame.encode(sequence: sequence, sender: sender, name: name, payload: payload, into: &encoded)
+                frame = encoded
             }
+            if connection.deliver(frame!, name: name, sequence: sequence) { delivered += 1 }
+        }
+
+        if let subscribers = exact[name] {
+            for connection in subscribers.connections { offer(connection) }
+        }
+        if patterns.count > 0 {
+            patterns.forEachMatch(name.split(separator: ".", omittingEmptySubsequences: false), offer)
         }
         statistics.deliveries += UInt64(delivered)
-        statistics.dropped += UInt64(subscribers.connections.count) - UInt64(delivered)
-        return (lastSequence, delivered)
+        return (sequence, delivered)
+    }
+
+    // MARK: State and retained notifications
+
+    /// Whether storing a retained payload of `size` bytes for `uid` stays within its quota.
+    func mayRetain(_ size: Int, name: String, uid: UInt32) -> Bool {
+        let account = account(for: uid)
+        if account.isExempt { return true }
+        let replaced = retained[name].map { $0.ownerUID == uid ? $0.payload.readableBytes : 0 } ?? 0
+        return account.retainedBytes - replaced + size <= configuration.access.quotas.retainedBytesPerUID
+    }
+
+    private func storeRetained(name: String, payload: ByteBuffer, sender: SenderCredentials, sequence: UInt64) {
+        if let previous = retained[name] { account(for: previous.ownerUID).retainedBytes -= previous.payload.readableBytes }
+        // Own copy: the decoded payload is a slice of the connection's read buffer.
+        var copy = allocator.buffer(capacity: payload.readableBytes)
+        copy.writeImmutableBuffer(payload)
+        retained[name] = RetainedNotification(sequence: sequence, sender: sender, payload: copy, ownerUID: sender.uid)
+        account(for: sender.uid).retainedBytes += payload.readableBytes
+    }
+
+    /// The retained notifications of every name `pattern` matches, oldest first, that `peer` may observe.
+    func retainedNotifications(matching pattern: NotificationPattern, for peer: AccessControl.Peer) -> [NotificationFrame] {
+        let matches: [(String, RetainedNotification)]
+        if pattern.hasWildcards {
+            matches = retained.filter { pattern.matches($0.key) }.map { ($0.key, $0.value) }
+        } else {
+            matches = retained[pattern.text].map { [(pattern.text, $0)] } ?? []
+        }
+        return matches
+            .filter { name, _ in access.rule(for: name).map { access.mayObserve($0, peer) } ?? true }
+            .sorted { $0.1.sequence < $1.1.sequence }
+            .map { name, entry in
+                NotificationFrame(sequence: entry.sequence, sender: entry.sender, name: name, payload: entry.payload)
+            }
+    }
+
+    /// Sets a state value; `false` when the setter's quota of state names is used up.
+    func setState(_ value: UInt64, for name: String, uid: UInt32) -> Bool {
+        if var existing = states[name] {
+            existing.value = value
+            states[name] = existing
+            return true
+        }
+        let account = account(for: uid)
+        if !account.isExempt, account.stateNames >= configuration.access.quotas.stateNamesPerUID { return false }
+        account.stateNames += 1
+        states[name] = (value, uid)
+        return true
+    }
+
+    func state(of name: String) -> UInt64? { states[name]?.value }
+
+    // MARK: Held notifications
+
+    /// Connections holding notifications; they are offered a release regularly, because a connection held
+    /// back by its user's quota (not its own queue) gets no write completion to trigger one.
+    private var holding: [ObjectIdentifier: ClientConnection] = [:]
+
+    func startedHolding(_ connection: ClientConnection) { holding[ObjectIdentifier(connection)] = connection }
+    func stoppedHolding(_ connection: ClientConnection) { holding.removeValue(forKey: ObjectIdentifier(connection)) }
+
+    func releaseHeldConnections() {
+        for connection in Array(holding.values) { connection.releaseHeldIfPossible() }
     }
 
     // MARK: Flushing
@@ -126,12 +248,106 @@ final class SubscriptionRouter {
         touched.removeAll(keepingCapacity: true)
         if dirty.isEmpty { dirty = touched }
     }
+
+    // MARK: Introspection
+
+    /// Records the counters once a second, for the per-second rates in `status`.
+    func sampleRates() {
+        rateSamples.append((.now(), statistics.posts, statistics.deliveries))
+        if rateSamples.count > 6 { rateSamples.removeFirst(rateSamples.count - 6) }
+    }
+
+    func status() -> Introspection.Status {
+        var postsPerSecond = 0.0
+        var deliveriesPerSecond = 0.0
+        if let first = rateSamples.first, let last = rateSamples.last, last.time > first.time {
+            let seconds = Double((last.time - first.time).nanoseconds) / 1e9
+            postsPerSecond = Double(last.posts - first.posts) / seconds
+            deliveriesPerSecond = Double(last.deliveries - first.deliveries) / seconds
+        }
+        let clients = connections.values
+        return Introspection.Status(
+            version: NotifyServer.version, instanceID: instanceID.description, pid: daemonPID,
+            uptimeSeconds: Double((NIODeadline.now() - startTime).nanoseconds) / 1e9,
+            connections: clients.count, subscriptions: clients.reduce(0) { $0 + $1.subscriptionCount },
+            subscribedNames: exact.count, patterns: patterns.count, stateNames: states.count,
+            retainedNames: retained.count, posts: statistics.posts, deliveries: statistics.deliveries,
+            postsPerSecond: postsPerSecond, deliveriesPerSecond: deliveriesPerSecond, merged: statistics.merged,
+            dropped: statistics.dropped, slowConsumerDisconnects: statistics.slowConsumerDisconnects,
+            residentMemoryBytes: Self.residentMemory(), outboundBytes: clients.reduce(0) { $0 + $1.pendingOutboundBytes },
+            heldBytes: clients.reduce(0) { $0 + $1.heldBytes })
+    }
+
+    func names(matching pattern: NotificationPattern?) -> [Introspection.Name] {
+        var all = Set(exact.keys)
+        all.formUnion(states.keys)
+        all.formUnion(retained.keys)
+        return all.filter { pattern?.matches($0) ?? true }.sorted().map { name in
+            Introspection.Name(
+                name: name, subscribers: exact[name]?.connections.count ?? 0, state: states[name]?.value,
+                hasRetained: retained[name] != nil)
+        }
+    }
+
+    /// Clients visible to `uid`: all of them for root, the user's own otherwise.
+    func clients(visibleTo uid: UInt32) -> [Introspection.Client] {
+        connections.values
+            .filter { uid == 0 || $0.credentials.uid == uid }
+            .sorted { $0.number < $1.number }
+            .map { $0.introspection() }
+    }
+
+    /// Answers a `QUERY`.
+    func query(kind: UInt8, argument: String, requesterUID: UInt32) -> Result<ByteBuffer, AccessControl.Denial> {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data: Data
+        do {
+            switch QueryKind(rawValue: kind) {
+            case .status:
+                data = try encoder.encode(status())
+            case .names:
+                var pattern: NotificationPattern?
+                if !argument.isEmpty {
+                    do {
+                        pattern = try NotificationPattern(argument)
+                    } catch {
+                        return .failure(AccessControl.Denial(message: error.description))
+                    }
+                }
+                data = try encoder.encode(names(matching: pattern))
+            case .clients:
+                data = try encoder.encode(clients(visibleTo: requesterUID))
+            case nil:
+                return .failure(AccessControl.Denial(message: "unknown query kind \(kind) (1 status, 2 names, 3 clients)"))
+            }
+        } catch {
+            return .failure(AccessControl.Denial(message: "cannot encode the answer: \(error)"))
+        }
+        return .success(ByteBuffer(bytes: data))
+    }
+
+    /// This process's resident set size, from `/proc/self/statm`.
+    static func residentMemory() -> UInt64 {
+        guard let file = fopen("/proc/self/statm", "r") else { return 0 }
+        defer { fclose(file) }
+        var size: UInt64 = 0
+        var resident: UInt64 = 0
+        guard withUnsafeMutablePointer(to: &size, { sizePointer in
+            withUnsafeMutablePointer(to: &resident) { residentPointer in
+                withVaList([sizePointer, residentPointer]) { vfscanf(file, "%llu %llu", $0) }
+            }
+        }) == 2 else { return 0 }
+        return resident * UInt64(sysconf(Int32(_SC_PAGESIZE)))
+    }
 }
 
-/// Counters kept by the router, for logs and (later) introspection.
+/// Counters kept by the router, for logs and introspection.
 struct ServerStatistics: Sendable {
     var connectionsAccepted: UInt64 = 0
     var posts: UInt64 = 0
     var deliveries: UInt64 = 0
+    var merged: UInt64 = 0
     var dropped: UInt64 = 0
+    var slowConsumerDisconnects: UInt64 = 0
 }

@@ -4,8 +4,9 @@ import NIOCore
 public enum ClientFrame: Sendable, Hashable {
     /// Opens the session; must be the first frame on a connection.
     case hello(Hello)
-    /// Subscribes to a name under a client-chosen subscription id. Answered with `OK` or `ERROR`.
-    case subscribe(requestID: UInt32, subscriptionID: UInt32, name: String)
+    /// Subscribes to a name or pattern under a client-chosen subscription id. Answered with `OK` or `ERROR`
+    /// (with ``SubscribeFlags/sendRetained``, `RETAINED` frames come first, then the `OK`).
+    case subscribe(Subscribe)
     /// Removes a subscription. Answered with `OK` or `ERROR`.
     case unsubscribe(requestID: UInt32, subscriptionID: UInt32)
     /// Posts a notification. Answered with `POSTED` when ``PostFlags/ackWanted`` is set, with `ERROR` when
@@ -13,6 +14,59 @@ public enum ClientFrame: Sendable, Hashable {
     case post(Post)
     /// An ordering barrier: answered with `PONG` after everything sent before it was processed.
     case ping(requestID: UInt32)
+    /// Sets the state value of a name. Answered with `OK` or `ERROR`.
+    case setState(requestID: UInt32, name: String, value: UInt64)
+    /// Reads the state value of a name. Answered with `STATE`.
+    case getState(requestID: UInt32, name: String)
+    /// Holds this connection's notifications (nestable). Answered with `OK`.
+    case suspend(requestID: UInt32)
+    /// Undoes one `SUSPEND`; the last one releases what was held. Answered with `OK` or `ERROR`.
+    case resume(requestID: UInt32)
+    /// Asks for introspection data. Answered with `QUERY_RESULT` or `ERROR`.
+    case query(requestID: UInt32, kind: UInt8, argument: String)
+
+    /// The fields of `SUBSCRIBE`.
+    public struct Subscribe: Sendable, Hashable {
+        /// Chosen by the client; echoed in the reply.
+        public var requestID: UInt32
+        /// Chosen by the client; names the subscription in `UNSUBSCRIBE` and `OVERFLOW`.
+        public var subscriptionID: UInt32
+        /// Options.
+        public var flags: SubscribeFlags
+        /// The `policy` byte as received; see ``policy``.
+        public var policyCode: UInt8
+        /// The `queue_limit` field as received.
+        public var queueLimit: UInt32
+        /// A name, or a pattern with `*` and `>` labels.
+        public var pattern: String
+
+        /// What to do with notifications the connection cannot take in time, or `nil` when the `policy` and
+        /// `queue_limit` fields describe no policy (the daemon answers `invalid-request`).
+        public var policy: DeliveryPolicy? { DeliveryPolicy(code: policyCode, queueLimit: queueLimit) }
+
+        /// Creates the fields of `SUBSCRIBE`.
+        public init(
+            requestID: UInt32, subscriptionID: UInt32, flags: SubscribeFlags = [], policy: DeliveryPolicy = .coalesce,
+            pattern: String
+        ) {
+            self.init(
+                requestID: requestID, subscriptionID: subscriptionID, flags: flags, policyCode: policy.code,
+                queueLimit: policy.queueLimit, pattern: pattern)
+        }
+
+        /// Creates the fields of `SUBSCRIBE` from raw policy fields.
+        public init(
+            requestID: UInt32, subscriptionID: UInt32, flags: SubscribeFlags, policyCode: UInt8, queueLimit: UInt32,
+            pattern: String
+        ) {
+            self.requestID = requestID
+            self.subscriptionID = subscriptionID
+            self.flags = flags
+            self.policyCode = policyCode
+            self.queueLimit = queueLimit
+            self.pattern = pattern
+        }
+    }
 
     /// The fields of `HELLO`.
     public struct Hello: Sendable, Hashable {
@@ -59,6 +113,11 @@ public enum ClientFrame: Sendable, Hashable {
         case .unsubscribe: .unsubscribe
         case .post: .post
         case .ping: .ping
+        case .setState: .setState
+        case .getState: .getState
+        case .suspend: .suspend
+        case .resume: .resume
+        case .query: .query
         }
     }
 }
@@ -71,8 +130,25 @@ public struct PostFlags: OptionSet, Sendable, Hashable {
     /// Ask for a `POSTED` reply carrying the number of connections the notification was delivered to.
     public static let ackWanted = PostFlags(rawValue: 0x01)
 
+    /// Ask the daemon to keep this notification as the name's retained notification, handed to later
+    /// subscriptions that ask for it.
+    public static let retain = PostFlags(rawValue: 0x02)
+
     /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
-    public static let known: PostFlags = [.ackWanted]
+    public static let known: PostFlags = [.ackWanted, .retain]
+}
+
+/// Options of a `SUBSCRIBE` (the `flags` byte).
+public struct SubscribeFlags: OptionSet, Sendable, Hashable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    /// Before the `OK`, send the retained notification of every name the pattern matches, as `RETAINED`
+    /// frames carrying this request's id.
+    public static let sendRetained = SubscribeFlags(rawValue: 0x01)
+
+    /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
+    public static let known: SubscribeFlags = [.sendRetained]
 }
 
 extension ClientFrame: WireFrameEncodable {
@@ -83,10 +159,13 @@ extension ClientFrame: WireFrameEncodable {
                 buffer.writeInteger(hello.version)
                 buffer.writeInteger(hello.flags)
                 buffer.writeWireString(hello.clientName)
-            case .subscribe(let requestID, let subscriptionID, let name):
-                buffer.writeInteger(requestID)
-                buffer.writeInteger(subscriptionID)
-                buffer.writeWireString(name)
+            case .subscribe(let subscribe):
+                buffer.writeInteger(subscribe.requestID)
+                buffer.writeInteger(subscribe.subscriptionID)
+                buffer.writeInteger(subscribe.flags.rawValue)
+                buffer.writeInteger(subscribe.policyCode)
+                buffer.writeInteger(subscribe.queueLimit)
+                buffer.writeWireString(subscribe.pattern)
             case .unsubscribe(let requestID, let subscriptionID):
                 buffer.writeInteger(requestID)
                 buffer.writeInteger(subscriptionID)
@@ -95,8 +174,19 @@ extension ClientFrame: WireFrameEncodable {
                 buffer.writeInteger(post.flags.rawValue)
                 buffer.writeWireString(post.name)
                 buffer.writeWirePayload(post.payload)
-            case .ping(let requestID):
+            case .ping(let requestID), .suspend(let requestID), .resume(let requestID):
                 buffer.writeInteger(requestID)
+            case .setState(let requestID, let name, let value):
+                buffer.writeInteger(requestID)
+                buffer.writeInteger(value)
+                buffer.writeWireString(name)
+            case .getState(let requestID, let name):
+                buffer.writeInteger(requestID)
+                buffer.writeWireString(name)
+            case .query(let requestID, let kind, let argument):
+                buffer.writeInteger(requestID)
+                buffer.writeInteger(kind)
+                buffer.writeWireString(argument)
             }
         }
     }
@@ -117,8 +207,14 @@ extension ClientFrame: WireFrameDecodable {
         case .subscribe:
             let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
             let subscriptionID: UInt32 = try body.readWireInteger(messageType, "subscription_id")
-            let name = try body.readWireString(messageType, "name")
-            frame = .subscribe(requestID: requestID, subscriptionID: subscriptionID, name: name)
+            let flags: UInt8 = try body.readWireInteger(messageType, "flags")
+            let policyCode: UInt8 = try body.readWireInteger(messageType, "policy")
+            let queueLimit: UInt32 = try body.readWireInteger(messageType, "queue_limit")
+            let pattern = try body.readWireString(messageType, "pattern")
+            frame = .subscribe(
+                Subscribe(
+                    requestID: requestID, subscriptionID: subscriptionID, flags: SubscribeFlags(rawValue: flags),
+                    policyCode: policyCode, queueLimit: queueLimit, pattern: pattern))
         case .unsubscribe:
             let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
             let subscriptionID: UInt32 = try body.readWireInteger(messageType, "subscription_id")
@@ -131,7 +227,26 @@ extension ClientFrame: WireFrameDecodable {
             frame = .post(Post(requestID: requestID, flags: PostFlags(rawValue: flags), name: name, payload: payload))
         case .ping:
             frame = .ping(requestID: try body.readWireInteger(messageType, "request_id"))
-        case .welcome, .ok, .posted, .pong, .notification, .overflow, .error:
+        case .suspend:
+            frame = .suspend(requestID: try body.readWireInteger(messageType, "request_id"))
+        case .resume:
+            frame = .resume(requestID: try body.readWireInteger(messageType, "request_id"))
+        case .setState:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            let value: UInt64 = try body.readWireInteger(messageType, "value")
+            let name = try body.readWireString(messageType, "name")
+            frame = .setState(requestID: requestID, name: name, value: value)
+        case .getState:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            let name = try body.readWireString(messageType, "name")
+            frame = .getState(requestID: requestID, name: name)
+        case .query:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            let kind: UInt8 = try body.readWireInteger(messageType, "kind")
+            let argument = try body.readWireString(messageType, "argument")
+            frame = .query(requestID: requestID, kind: kind, argument: argument)
+        case .welcome, .ok, .posted, .pong, .notification, .overflow, .error, .state, .notificationMerged, .retained,
+            .queryResult:
             throw WireDecodingError.unknownMessageType(type)
         }
         try body.ensureFullyRead(messageType)

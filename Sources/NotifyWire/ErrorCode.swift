@@ -38,6 +38,9 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
     case shuttingDown = 16
     /// Fatal. The daemon hit an internal error while serving this connection.
     case internalError = 17
+    /// The request's fields are well-formed but make no sense: an unknown policy or query kind, a queue limit
+    /// of 0, `RESUME` without `SUSPEND`.
+    case invalidRequest = 18
 
     /// Whether the daemon closes the connection after sending this error.
     public var isFatal: Bool {
@@ -46,7 +49,7 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
             .unexpectedHello, .slowConsumer, .shuttingDown, .internalError:
             return true
         case .invalidName, .payloadTooLarge, .unknownSubscription, .duplicateSubscription, .tooManySubscriptions,
-            .unsupportedFlags, .permissionDenied, .quotaExceeded:
+            .unsupportedFlags, .permissionDenied, .quotaExceeded, .invalidRequest:
             return false
         }
     }
@@ -71,6 +74,7 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
         case .quotaExceeded: "quota-exceeded"
         case .shuttingDown: "shutting-down"
         case .internalError: "internal-error"
+        case .invalidRequest: "invalid-request"
         }
     }
 }

@@ -8,6 +8,11 @@ public enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
     case unsubscribe = 0x03
     case post = 0x04
     case ping = 0x05
+    case setState = 0x06
+    case getState = 0x07
+    case suspend = 0x08
+    case resume = 0x09
+    case query = 0x0A
 
     // Daemon to client.
     case welcome = 0x81
@@ -16,6 +21,10 @@ public enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
     case pong = 0x84
     case notification = 0x85
     case overflow = 0x86
+    case state = 0x87
+    case notificationMerged = 0x89
+    case retained = 0x8A
+    case queryResult = 0x8B
     case error = 0x8F
 
     /// Whether a client sends this type (as opposed to the daemon).
@@ -31,12 +40,21 @@ extension MessageType: CustomStringConvertible {
         case .unsubscribe: "UNSUBSCRIBE"
         case .post: "POST"
         case .ping: "PING"
+        case .setState: "SET_STATE"
+        case .getState: "GET_STATE"
+        case .suspend: "SUSPEND"
+        case .resume: "RESUME"
+        case .query: "QUERY"
         case .welcome: "WELCOME"
         case .ok: "OK"
         case .posted: "POSTED"
         case .pong: "PONG"
         case .notification: "NOTIFICATION"
         case .overflow: "OVERFLOW"
+        case .state: "STATE"
+        case .notificationMerged: "NOTIFICATION_MERGED"
+        case .retained: "RETAINED"
+        case .queryResult: "QUERY_RESULT"
         case .error: "ERROR"
         }
     }

@@ -96,6 +96,8 @@ public enum NameError: Error, Sendable, Hashable, CustomStringConvertible {
     case emptyLabel(name: String, index: Int)
     /// The name contains a character the grammar does not allow.
     case invalidCharacter(name: String, character: Unicode.Scalar)
+    /// A pattern uses `>` somewhere other than as its last label.
+    case misplacedRest(pattern: String)
 
     public var description: String {
         switch self {
@@ -105,6 +107,8 @@ public enum NameError: Error, Sendable, Hashable, CustomStringConvertible {
             return "invalid name '\(Self.escaped(String(name.prefix(40))))…': \(length) bytes is longer than the limit of \(limit)"
         case .emptyLabel(let name, let index):
             return "invalid name '\(Self.escaped(name))': label \(index + 1) is empty (leading, trailing or doubled '.')"
+        case .misplacedRest(let pattern):
+            return "invalid pattern '\(Self.escaped(pattern))': '>' may only be the last label"
         case .invalidCharacter(let name, let character):
             let code = "U+" + String(character.value, radix: 16, uppercase: true)
             // Show the character itself only when it is visible; otherwise only its code point.

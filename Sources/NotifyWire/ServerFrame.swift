@@ -12,8 +12,18 @@ public enum ServerFrame: Sendable, Hashable {
     case pong(requestID: UInt32)
     /// A notification on a name this connection subscribed to. Byte-identical for every recipient.
     case notification(NotificationFrame)
-    /// Notifications for this connection were dropped because it did not read fast enough.
-    case overflow(droppedCount: UInt64)
+    /// Notifications were dropped: for one subscription under its `queue` policy (`subscriptionID` ≠ 0), or
+    /// for the connection as a whole when its held notifications exceeded the daemon's bound
+    /// (`subscriptionID` = 0).
+    case overflow(subscriptionID: UInt32, droppedCount: UInt64)
+    /// Answers `GET_STATE`: the name's state value, or `nil` when none was ever set.
+    case state(requestID: UInt32, value: UInt64?)
+    /// A coalesced notification: the latest of `mergedCount + 1` notifications on its name.
+    case notificationMerged(mergedCount: UInt64, NotificationFrame)
+    /// A retained notification sent because `SUBSCRIBE` request `requestID` asked for it.
+    case retained(requestID: UInt32, NotificationFrame)
+    /// Answers `QUERY`: UTF-8 JSON (`protocol/PROTOCOL.md` § 11).
+    case queryResult(requestID: UInt32, json: ByteBuffer)
     /// A request failed, or (when ``ErrorFrame/closesConnection`` is set) the connection is being closed.
     case error(ErrorFrame)
 
@@ -53,6 +63,10 @@ public enum ServerFrame: Sendable, Hashable {
         case .notification: .notification
         case .overflow: .overflow
         case .error: .error
+        case .state: .state
+        case .notificationMerged: .notificationMerged
+        case .retained: .retained
+        case .queryResult: .queryResult
         }
     }
 }
@@ -135,8 +149,22 @@ extension ServerFrame: WireFrameEncodable {
                 buffer.writeInteger(deliveredCount)
             case .notification(let notification):
                 notification.encodeFields(into: &buffer)
-            case .overflow(let droppedCount):
+            case .overflow(let subscriptionID, let droppedCount):
+                buffer.writeInteger(subscriptionID)
                 buffer.writeInteger(droppedCount)
+            case .state(let requestID, let value):
+                buffer.writeInteger(requestID)
+                buffer.writeInteger(UInt8(value == nil ? 0 : 1))
+                buffer.writeInteger(value ?? 0)
+            case .notificationMerged(let mergedCount, let notification):
+                buffer.writeInteger(mergedCount)
+                notification.encodeFields(into: &buffer)
+            case .retained(let requestID, let notification):
+                buffer.writeInteger(requestID)
+                notification.encodeFields(into: &buffer)
+            case .queryResult(let requestID, let json):
+                buffer.writeInteger(requestID)
+                buffer.writeWirePayload(json)
             case .error(let error):
                 buffer.writeInteger(error.requestID)
                 buffer.writeInteger(error.rawCode)
@@ -148,6 +176,19 @@ extension ServerFrame: WireFrameEncodable {
 }
 
 extension NotificationFrame {
+    fileprivate static func decodeFields(
+        _ messageType: MessageType, _ body: inout ByteBuffer
+    ) throws(WireDecodingError) -> NotificationFrame {
+        let sequence: UInt64 = try body.readWireInteger(messageType, "sequence")
+        let pid: UInt32 = try body.readWireInteger(messageType, "sender_pid")
+        let uid: UInt32 = try body.readWireInteger(messageType, "sender_uid")
+        let gid: UInt32 = try body.readWireInteger(messageType, "sender_gid")
+        let name = try body.readWireString(messageType, "name")
+        let payload = try body.readWirePayload(messageType, "payload")
+        return NotificationFrame(
+            sequence: sequence, sender: SenderCredentials(pid: pid, uid: uid, gid: gid), name: name, payload: payload)
+    }
+
     fileprivate func encodeFields(into buffer: inout ByteBuffer) {
         buffer.writeInteger(sequence)
         buffer.writeInteger(sender.pid)
@@ -213,18 +254,25 @@ extension ServerFrame: WireFrameDecodable {
             let delivered: UInt32 = try body.readWireInteger(messageType, "delivered_count")
             frame = .posted(requestID: requestID, sequence: sequence, deliveredCount: delivered)
         case .notification:
-            let sequence: UInt64 = try body.readWireInteger(messageType, "sequence")
-            let pid: UInt32 = try body.readWireInteger(messageType, "sender_pid")
-            let uid: UInt32 = try body.readWireInteger(messageType, "sender_uid")
-            let gid: UInt32 = try body.readWireInteger(messageType, "sender_gid")
-            let name = try body.readWireString(messageType, "name")
-            let payload = try body.readWirePayload(messageType, "payload")
-            frame = .notification(
-                NotificationFrame(
-                    sequence: sequence, sender: SenderCredentials(pid: pid, uid: uid, gid: gid), name: name,
-                    payload: payload))
+            frame = .notification(try NotificationFrame.decodeFields(messageType, &body))
         case .overflow:
-            frame = .overflow(droppedCount: try body.readWireInteger(messageType, "dropped_count"))
+            let subscriptionID: UInt32 = try body.readWireInteger(messageType, "subscription_id")
+            let dropped: UInt64 = try body.readWireInteger(messageType, "dropped_count")
+            frame = .overflow(subscriptionID: subscriptionID, droppedCount: dropped)
+        case .state:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            let flags: UInt8 = try body.readWireInteger(messageType, "flags")
+            let value: UInt64 = try body.readWireInteger(messageType, "value")
+            frame = .state(requestID: requestID, value: flags & 1 != 0 ? value : nil)
+        case .notificationMerged:
+            let merged: UInt64 = try body.readWireInteger(messageType, "merged_count")
+            frame = .notificationMerged(mergedCount: merged, try NotificationFrame.decodeFields(messageType, &body))
+        case .retained:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            frame = .retained(requestID: requestID, try NotificationFrame.decodeFields(messageType, &body))
+        case .queryResult:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            frame = .queryResult(requestID: requestID, json: try body.readWirePayload(messageType, "json"))
         case .error:
             let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
             let code: UInt16 = try body.readWireInteger(messageType, "code")
@@ -232,7 +280,7 @@ extension ServerFrame: WireFrameDecodable {
             let message = try body.readWireString(messageType, "message")
             frame = .error(
                 ErrorFrame(requestID: requestID, rawCode: code, closesConnection: flags & 1 != 0, message: message))
-        case .hello, .subscribe, .unsubscribe, .post, .ping:
+        case .hello, .subscribe, .unsubscribe, .post, .ping, .setState, .getState, .suspend, .resume, .query:
             throw WireDecodingError.unknownMessageType(type)
         }
         try body.ensureFullyRead(messageType)

@@ -15,8 +15,16 @@ extension Notifyctl {
 
         @OptionGroup var connection: ConnectionOptions
 
-        @Argument(help: "One or more notification names.")
+        @Argument(help: "One or more notification names or patterns ('*' one label, '>' the rest: 'org.example.>').")
         var names: [String]
+
+        @Flag(name: .long, help: "Start with each name's current (retained) notification, if any.")
+        var current = false
+
+        @Option(
+            name: .long,
+            help: "When this listener falls behind: coalesce (latest per name), queue:N (keep N, drop the oldest), or disconnect.")
+        var policy: PolicyArgument = PolicyArgument(policy: .coalesce)
 
         @Option(name: .long, help: "Exit 0 after this many notifications.")
         var count: Int?
@@ -37,13 +45,15 @@ extension Notifyctl {
 
         func run() async throws {
             try await reportingFailures {
-                for name in names { try NotifyCenter.validate(name: name) }
+                for name in names { try NotifyCenter.validate(pattern: name) }
                 let center = try await connection.connect()
                 // One ordered stream for all names: handlers run on the I/O thread and only hand off.
                 let (stream, continuation) = AsyncStream<ReceivedNotification>.makeStream()
                 var observations: [Observation] = []
+                let options = ObservationOptions(policy: policy.policy, receivesCurrentValue: current)
                 for name in names {
-                    observations.append(try center.observe(name, on: .immediate) { continuation.yield($0) })
+                    observations.append(
+                        try center.observe(name, on: .immediate, options: options) { continuation.yield($0) })
                 }
                 try await center.synchronize()
                 StandardStreams.error("listening for \(names.joined(separator: ", "))")
@@ -100,6 +110,9 @@ struct LineFormatter {
                 "time": Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true)),
                 "name": notification.name,
                 "sequence": notification.sequence,
+                "merged": notification.mergedCount,
+                "dropped_before": notification.droppedBefore,
+                "retained": notification.isRetained,
                 "pid": notification.sender.pid,
                 "uid": notification.sender.uid,
                 "gid": notification.sender.gid,
@@ -120,7 +133,11 @@ struct LineFormatter {
         }
         let payload = notification.payloadString.map { $0.isEmpty ? "" : " " + escapeControls($0) }
             ?? " (hex) " + hex(notification.payload)
-        return "\(time) \(notification.name) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(payload)"
+        var notes = ""
+        if notification.isRetained { notes += " (current value)" }
+        if notification.mergedCount > 0 { notes += " (+\(notification.mergedCount) merged)" }
+        if notification.droppedBefore > 0 { notes += " (\(notification.droppedBefore) dropped before)" }
+        return "\(time) \(notification.name) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(notes)\(payload)"
     }
 
     /// Keeps one notification on one line: control characters are shown as escapes.
@@ -141,5 +158,22 @@ struct LineFormatter {
 
     private func hex(_ bytes: [UInt8]) -> String {
         bytes.map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+/// `--policy coalesce | queue:N | disconnect`.
+struct PolicyArgument: ExpressibleByArgument {
+    var policy: DeliveryPolicy
+
+    init(policy: DeliveryPolicy) { self.policy = policy }
+
+    init?(argument: String) {
+        switch argument {
+        case "coalesce": policy = .coalesce
+        case "disconnect": policy = .disconnect
+        default:
+            guard argument.hasPrefix("queue:"), let limit = UInt32(argument.dropFirst(6)), limit > 0 else { return nil }
+            policy = .queue(limit: limit)
+        }
     }
 }

@@ -11,7 +11,7 @@ struct Notifyctl: AsyncParsableCommand {
             The daemon's socket is --socket, else $NOTIFYD_SOCKET, else /run/notifyd/notifyd.sock for root and \
             $XDG_RUNTIME_DIR/notifyd/notifyd.sock for other users.
             """,
-        subcommands: [Post.self, Listen.self]
+        subcommands: [Post.self, Listen.self, State.self, Status.self, Names.self, Clients.self]
     )
 }
 

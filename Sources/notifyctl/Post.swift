@@ -22,6 +22,9 @@ extension Notifyctl {
         @Flag(name: .long, help: "Print how many subscribers the notification was delivered to.")
         var wait = false
 
+        @Flag(name: .long, help: "Keep it as the name's current value for later 'listen --current'.")
+        var retain = false
+
         func validate() throws {
             if payload != nil && file != nil {
                 throw ValidationError("give the payload either as an argument or with --file, not both")
@@ -33,7 +36,7 @@ extension Notifyctl {
                 try NotifyCenter.validate(name: name)
                 let bytes = try readPayload()
                 let center = try await connection.connect()
-                let receipt = try await center.postAndWait(name, payload: bytes)
+                let receipt = try await center.postAndWait(name, payload: bytes, retain: retain)
                 if wait {
                     let noun = receipt.deliveredCount == 1 ? "subscriber" : "subscribers"
                     StandardStreams.output("delivered to \(receipt.deliveredCount) \(noun) (sequence \(receipt.sequence))")

@@ -1,0 +1,189 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import NotifyWire
+
+/// Reserved name prefixes and per-user quotas, read from the configuration file
+/// (`/etc/notifyd/notifyd.conf` for the system daemon, `--config PATH`).
+///
+/// ```
+/// # Only root may post (and set state) under org.freedesktop.network; everyone may observe.
+/// reserve org.freedesktop.network.> owner=root group=root post=owner observe=all
+/// reserve com.example.secret.>      owner=1000 group=adm post=owner observe=group
+/// quota connections-per-uid 64
+/// quota subscriptions-per-uid 10000
+/// quota outbound-bytes-per-uid 67108864
+/// quota retained-bytes-per-uid 16777216
+/// quota state-names-per-uid 10000
+/// ```
+public struct AccessConfiguration: Sendable, Hashable {
+    /// Reserved prefixes; the longest matching prefix decides.
+    public var rules: [PrefixRule]
+    /// Per-user limits (root is exempt).
+    public var quotas: Quotas
+
+    /// Creates a configuration.
+    public init(rules: [PrefixRule] = [], quotas: Quotas = Quotas()) {
+        self.rules = rules
+        self.quotas = quotas
+    }
+
+    /// Who may do something under a reserved prefix (root always may).
+    public enum Permission: String, Sendable, Hashable {
+        /// Only the rule's owner uid.
+        case owner
+        /// The owner and members of the rule's group.
+        case group
+        /// Everyone.
+        case all
+        /// Nobody but root.
+        case none
+    }
+
+    /// One reserved prefix.
+    public struct PrefixRule: Sendable, Hashable, CustomStringConvertible {
+        /// The labels the rule covers: the name itself and every name below it (`org.example` covers
+        /// `org.example` and `org.example.x`, not `org.examples`).
+        public var prefix: String
+        public var ownerUID: UInt32
+        public var groupGID: UInt32
+        public var post: Permission
+        public var observe: Permission
+        /// Where it was written, for error messages (`file:line`).
+        public var source: String
+
+        public init(
+            prefix: String, ownerUID: UInt32, groupGID: UInt32, post: Permission, observe: Permission, source: String
+        ) {
+            self.prefix = prefix
+            self.ownerUID = ownerUID
+            self.groupGID = groupGID
+            self.post = post
+            self.observe = observe
+            self.source = source
+        }
+
+        /// Whether the rule covers `name`.
+        public func covers(_ name: String) -> Bool {
+            name == prefix || (name.hasPrefix(prefix) && name.utf8.dropFirst(prefix.utf8.count).first == UInt8(ascii: "."))
+        }
+
+        public var description: String {
+            "reserve \(prefix) owner=\(ownerUID) group=\(groupGID) post=\(post.rawValue) observe=\(observe.rawValue) (\(source))"
+        }
+    }
+
+    /// Per-uid limits, so one user cannot exhaust the daemon for another. Root is not limited.
+    public struct Quotas: Sendable, Hashable {
+        public var connectionsPerUID = 256
+        public var subscriptionsPerUID = 65_536
+        /// Bytes queued or held for all of a user's connections together.
+        public var outboundBytesPerUID = 64 * 1024 * 1024
+        public var retainedBytesPerUID = 16 * 1024 * 1024
+        public var stateNamesPerUID = 10_000
+
+        public init() {}
+    }
+
+    /// Parses the configuration file format shown above.
+    ///
+    /// - Parameter source: the file name used in error messages and rule sources.
+    /// - Throws: ``ConfigurationError`` naming the line and what is wrong with it.
+    public static func parse(_ text: String, source: String) throws(ConfigurationError) -> AccessConfiguration {
+        var configuration = AccessConfiguration()
+        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let location = "\(source):\(index + 1)"
+            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
+            guard let keyword = words.first else { continue }
+            switch keyword {
+            case "reserve":
+                configuration.rules.append(try parseRule(words.dropFirst(), location))
+            case "quota":
+                try parseQuota(words.dropFirst(), location, into: &configuration.quotas)
+            default:
+                throw ConfigurationError(location: location, message: "unknown keyword '\(keyword)' (expected reserve or quota)")
+            }
+        }
+        return configuration
+    }
+
+    private static func parseRule(_ words: ArraySlice<String>, _ location: String) throws(ConfigurationError) -> PrefixRule {
+        guard var prefix = words.first else {
+            throw ConfigurationError(location: location, message: "reserve needs a name prefix")
+        }
+        for suffix in [".>", "."] where prefix.hasSuffix(suffix) { prefix.removeLast(suffix.count) }
+        guard NotificationName.isValid(prefix) else {
+            throw ConfigurationError(location: location, message: "'\(words.first!)' is not a valid name prefix")
+        }
+        var fields: [String: String] = [:]
+        for word in words.dropFirst() {
+            let parts = word.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, ["owner", "group", "post", "observe"].contains(parts[0]) else {
+                throw ConfigurationError(
+                    location: location, message: "'\(word)' is not one of owner=, group=, post=, observe=")
+            }
+            fields[parts[0]] = parts[1]
+        }
+        let owner = try resolveUser(fields["owner"] ?? "root", location)
+        let group = try resolveGroup(fields["group"] ?? "root", location)
+        let post = try permission(fields["post"] ?? "owner", location)
+        let observe = try permission(fields["observe"] ?? "all", location)
+        return PrefixRule(prefix: prefix, ownerUID: owner, groupGID: group, post: post, observe: observe, source: location)
+    }
+
+    private static func parseQuota(
+        _ words: ArraySlice<String>, _ location: String, into quotas: inout Quotas
+    ) throws(ConfigurationError) {
+        let parts = Array(words)
+        guard parts.count == 2, let value = Int(parts[1]), value > 0 else {
+            throw ConfigurationError(location: location, message: "quota needs a name and a positive number")
+        }
+        switch parts[0] {
+        case "connections-per-uid": quotas.connectionsPerUID = value
+        case "subscriptions-per-uid": quotas.subscriptionsPerUID = value
+        case "outbound-bytes-per-uid": quotas.outboundBytesPerUID = value
+        case "retained-bytes-per-uid": quotas.retainedBytesPerUID = value
+        case "state-names-per-uid": quotas.stateNamesPerUID = value
+        default:
+            throw ConfigurationError(
+                location: location,
+                message: "unknown quota '\(parts[0])' (expected connections-per-uid, subscriptions-per-uid, "
+                    + "outbound-bytes-per-uid, retained-bytes-per-uid or state-names-per-uid)")
+        }
+    }
+
+    private static func permission(_ text: String, _ location: String) throws(ConfigurationError) -> Permission {
+        guard let permission = Permission(rawValue: text) else {
+            throw ConfigurationError(location: location, message: "'\(text)' is not a permission (owner, group, all, none)")
+        }
+        return permission
+    }
+
+    private static func resolveUser(_ text: String, _ location: String) throws(ConfigurationError) -> UInt32 {
+        if let uid = UInt32(text) { return uid }
+        guard let entry = getpwnam(text) else {
+            throw ConfigurationError(location: location, message: "unknown user '\(text)'")
+        }
+        return entry.pointee.pw_uid
+    }
+
+    private static func resolveGroup(_ text: String, _ location: String) throws(ConfigurationError) -> UInt32 {
+        if let gid = UInt32(text) { return gid }
+        guard let entry = getgrnam(text) else {
+            throw ConfigurationError(location: location, message: "unknown group '\(text)'")
+        }
+        return entry.pointee.gr_gid
+    }
+}
+
+/// A configuration file that cannot be used, with the line at fault.
+public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// `file:line`.
+    public var location: String
+    public var message: String
+
+    public var description: String { "\(location): \(message)" }
+}

@@ -1,0 +1,113 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import NotifyWire
+
+/// Decides who may post, set state and observe which names: the built-in `user.<uid>.` rule and the reserved
+/// prefixes of the configuration file (longest prefix wins). Root may do everything.
+struct AccessControl {
+    let configuration: AccessConfiguration
+
+    /// A refusal, with the text the client receives.
+    struct Denial: Error {
+        var message: String
+    }
+
+    /// The rule covering `name`, if any: the one with the longest prefix.
+    func rule(for name: String) -> AccessConfiguration.PrefixRule? {
+        var best: AccessConfiguration.PrefixRule?
+        for rule in configuration.rules where rule.covers(name) {
+            if best == nil || rule.prefix.utf8.count > best!.prefix.utf8.count { best = rule }
+        }
+        return best
+    }
+
+    var hasRules: Bool { !configuration.rules.isEmpty }
+
+    /// Whether `peer` may post under `name` or set its state (`action` names the operation in the message).
+    func checkPost(_ name: String, by peer: Peer, action: String) -> Denial? {
+        if peer.uid == 0 { return nil }
+        if let owner = Self.userNamespaceOwner(of: name), owner != peer.uid {
+            return Denial(
+                message: "permission denied: only uid \(owner) and root may \(action) names under 'user.\(owner).' "
+                    + "(built-in rule); you are uid \(peer.uid)")
+        }
+        guard let rule = rule(for: name), !allows(rule.post, rule, peer) else { return nil }
+        return Denial(
+            message: "permission denied: \(who(rule.post, rule)) may \(action) names under '\(rule.prefix)' "
+                + "(rule at \(rule.source)); you are uid \(peer.uid)")
+    }
+
+    /// Whether `peer` may subscribe to `pattern`. A pattern that reaches into a prefix the peer may not observe
+    /// is refused when the prefix decides every name it can match; otherwise such names are filtered out at
+    /// delivery (``mayObserve(_:_:)``).
+    func checkObserve(_ pattern: NotificationPattern, by peer: Peer) -> Denial? {
+        if peer.uid == 0 { return nil }
+        let literal = pattern.literalPrefix
+        guard !literal.isEmpty, let rule = rule(for: literal), !allows(rule.observe, rule, peer) else { return nil }
+        // Only refuse when no longer rule below the literal prefix could allow it.
+        let deeper = configuration.rules.contains { $0.prefix.utf8.count > rule.prefix.utf8.count && $0.prefix.hasPrefix(literal) }
+        if deeper { return nil }
+        return Denial(
+            message: "permission denied: \(who(rule.observe, rule)) may observe names under '\(rule.prefix)' "
+                + "(rule at \(rule.source)); you are uid \(peer.uid)")
+    }
+
+    /// Whether `peer` may receive a notification covered by `rule`.
+    func mayObserve(_ rule: AccessConfiguration.PrefixRule, _ peer: Peer) -> Bool {
+        peer.uid == 0 || allows(rule.observe, rule, peer)
+    }
+
+    private func allows(_ permission: AccessConfiguration.Permission, _ rule: AccessConfiguration.PrefixRule, _ peer: Peer) -> Bool {
+        switch permission {
+        case .all: true
+        case .none: false
+        case .owner: peer.uid == rule.ownerUID
+        case .group: peer.uid == rule.ownerUID || peer.groups.contains(rule.groupGID)
+        }
+    }
+
+    private func who(_ permission: AccessConfiguration.Permission, _ rule: AccessConfiguration.PrefixRule) -> String {
+        switch permission {
+        case .all: "everyone"
+        case .none: "only root"
+        case .owner: "only uid \(rule.ownerUID) and root"
+        case .group: "only uid \(rule.ownerUID), members of gid \(rule.groupGID) and root"
+        }
+    }
+
+    /// For `user.<uid>.…` names, the uid.
+    static func userNamespaceOwner(of name: String) -> UInt32? {
+        guard name.hasPrefix("user.") else { return nil }
+        let labels = name.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
+        guard labels.count == 3 else { return nil }
+        return UInt32(labels[1])
+    }
+
+    /// A connected peer's identity for access decisions.
+    struct Peer {
+        var uid: UInt32
+        var groups: Set<UInt32>
+
+        init(uid: UInt32, groups: Set<UInt32>) {
+            self.uid = uid
+            self.groups = groups
+        }
+
+        /// The peer's primary group and the supplementary groups of its user account.
+        init(credentials: SenderCredentials) {
+            uid = credentials.uid
+            var groups: Set<UInt32> = [credentials.gid]
+            if let account = getpwuid(credentials.uid) {
+                var count: Int32 = 64
+                var list = [gid_t](repeating: 0, count: Int(count))
+                if getgrouplist(account.pointee.pw_name, credentials.gid, &list, &count) >= 0 {
+                    groups.formUnion(list.prefix(Int(count)).map { UInt32($0) })
+                }
+            }
+            self.groups = groups
+        }
+    }
+}

@@ -1,0 +1,155 @@
+/// The JSON documents a `QUERY_RESULT` carries (`protocol/PROTOCOL.md` § 11). Keys are snake_case on the wire.
+public enum Introspection {
+    /// Answer to `QUERY status`.
+    public struct Status: Codable, Sendable, Hashable {
+        public var version: String
+        public var instanceID: String
+        public var pid: UInt32
+        public var uptimeSeconds: Double
+        public var connections: Int
+        public var subscriptions: Int
+        /// Names with at least one exact subscriber.
+        public var subscribedNames: Int
+        public var patterns: Int
+        public var stateNames: Int
+        public var retainedNames: Int
+        public var posts: UInt64
+        public var deliveries: UInt64
+        public var postsPerSecond: Double
+        public var deliveriesPerSecond: Double
+        /// Notifications merged into later ones under the `coalesce` policy.
+        public var merged: UInt64
+        /// Notifications dropped under the `queue` policy or the connection bound.
+        public var dropped: UInt64
+        /// Connections closed under the `disconnect` policy.
+        public var slowConsumerDisconnects: UInt64
+        public var residentMemoryBytes: UInt64
+        public var outboundBytes: Int
+        public var heldBytes: Int
+
+        enum CodingKeys: String, CodingKey {
+            case version = "version"
+            case instanceID = "instance_id"
+            case pid = "pid"
+            case uptimeSeconds = "uptime_seconds"
+            case connections = "connections"
+            case subscriptions = "subscriptions"
+            case subscribedNames = "subscribed_names"
+            case patterns = "patterns"
+            case stateNames = "state_names"
+            case retainedNames = "retained_names"
+            case posts = "posts"
+            case deliveries = "deliveries"
+            case postsPerSecond = "posts_per_second"
+            case deliveriesPerSecond = "deliveries_per_second"
+            case merged = "merged"
+            case dropped = "dropped"
+            case slowConsumerDisconnects = "slow_consumer_disconnects"
+            case residentMemoryBytes = "resident_memory_bytes"
+            case outboundBytes = "outbound_bytes"
+            case heldBytes = "held_bytes"
+        }
+
+        public init(
+            version: String, instanceID: String, pid: UInt32, uptimeSeconds: Double, connections: Int,
+            subscriptions: Int, subscribedNames: Int, patterns: Int, stateNames: Int, retainedNames: Int,
+            posts: UInt64, deliveries: UInt64, postsPerSecond: Double, deliveriesPerSecond: Double, merged: UInt64,
+            dropped: UInt64, slowConsumerDisconnects: UInt64, residentMemoryBytes: UInt64, outboundBytes: Int,
+            heldBytes: Int
+        ) {
+            self.version = version
+            self.instanceID = instanceID
+            self.pid = pid
+            self.uptimeSeconds = uptimeSeconds
+            self.connections = connections
+            self.subscriptions = subscriptions
+            self.subscribedNames = subscribedNames
+            self.patterns = patterns
+            self.stateNames = stateNames
+            self.retainedNames = retainedNames
+            self.posts = posts
+            self.deliveries = deliveries
+            self.postsPerSecond = postsPerSecond
+            self.deliveriesPerSecond = deliveriesPerSecond
+            self.merged = merged
+            self.dropped = dropped
+            self.slowConsumerDisconnects = slowConsumerDisconnects
+            self.residentMemoryBytes = residentMemoryBytes
+            self.outboundBytes = outboundBytes
+            self.heldBytes = heldBytes
+        }
+    }
+
+    /// One entry of the answer to `QUERY names`.
+    public struct Name: Codable, Sendable, Hashable {
+        public var name: String
+        /// Connections subscribed to exactly this name.
+        public var subscribers: Int
+        public var state: UInt64?
+        public var hasRetained: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case name = "name"
+            case subscribers = "subscribers"
+            case state = "state"
+            case hasRetained = "has_retained"
+        }
+
+        public init(name: String, subscribers: Int, state: UInt64?, hasRetained: Bool) {
+            self.name = name
+            self.subscribers = subscribers
+            self.state = state
+            self.hasRetained = hasRetained
+        }
+    }
+
+    /// One entry of the answer to `QUERY clients`.
+    public struct Client: Codable, Sendable, Hashable {
+        public var connection: UInt64
+        public var pid: UInt32
+        public var uid: UInt32
+        public var gid: UInt32
+        /// The process's command name (`/proc/PID/comm`), when readable.
+        public var command: String?
+        public var clientName: String
+        public var subscriptions: Int
+        public var pendingBytes: Int
+        public var heldBytes: Int
+        public var suspended: Bool
+        public var merged: UInt64
+        public var dropped: UInt64
+
+        enum CodingKeys: String, CodingKey {
+            case connection = "connection"
+            case pid = "pid"
+            case uid = "uid"
+            case gid = "gid"
+            case command = "command"
+            case clientName = "client_name"
+            case subscriptions = "subscriptions"
+            case pendingBytes = "pending_bytes"
+            case heldBytes = "held_bytes"
+            case suspended = "suspended"
+            case merged = "merged"
+            case dropped = "dropped"
+        }
+
+        public init(
+            connection: UInt64, pid: UInt32, uid: UInt32, gid: UInt32, command: String?, clientName: String,
+            subscriptions: Int, pendingBytes: Int, heldBytes: Int, suspended: Bool, merged: UInt64, dropped: UInt64
+        ) {
+            self.connection = connection
+            self.pid = pid
+            self.uid = uid
+            self.gid = gid
+            self.command = command
+            self.clientName = clientName
+            self.subscriptions = subscriptions
+            self.pendingBytes = pendingBytes
+            self.heldBytes = heldBytes
+            self.suspended = suspended
+            self.merged = merged
+            self.dropped = dropped
+        }
+    }
+}

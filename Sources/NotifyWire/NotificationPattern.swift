@@ -1,0 +1,92 @@
+/// A subscription pattern: a name whose labels may be wildcards (`protocol/PROTOCOL.md` § 8.1).
+///
+/// `*` stands for exactly one label and may appear anywhere; `>` stands for one or more trailing labels and
+/// may only be the last label. A pattern without wildcards matches exactly one name.
+public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
+    /// One label of a pattern.
+    public enum Label: Sendable, Hashable {
+        /// A literal label.
+        case literal(Substring)
+        /// `*`: any one label.
+        case anyLabel
+        /// `>`: one or more labels; only last.
+        case rest
+    }
+
+    /// The pattern as written.
+    public let text: String
+    /// Its labels.
+    public let labels: [Label]
+
+    /// Whether the pattern contains `*` or `>`.
+    public var hasWildcards: Bool {
+        labels.contains { if case .literal = $0 { false } else { true } }
+    }
+
+    /// Parses and validates a pattern.
+    ///
+    /// - Throws: ``NameError`` if it breaks the grammar.
+    public init(_ text: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
+        // Wildcard labels are replaced by a placeholder label so the name grammar checks everything else.
+        var placeholderName = ""
+        var labels: [Label] = []
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        for (index, part) in parts.enumerated() {
+            if index > 0 { placeholderName += "." }
+            switch part {
+            case "*":
+                labels.append(.anyLabel)
+                placeholderName += "x"
+            case ">":
+                guard index == parts.count - 1 else { throw NameError.misplacedRest(pattern: text) }
+                labels.append(.rest)
+                placeholderName += "x"
+            default:
+                labels.append(.literal(part))
+                placeholderName += part
+            }
+        }
+        do {
+            try NotificationName.validate(placeholderName, maxLength: maxLength)
+        } catch .invalidCharacter(_, let character) {
+            throw NameError.invalidCharacter(name: text, character: character)
+        } catch .emptyLabel(_, let index) {
+            throw NameError.emptyLabel(name: text, index: index)
+        } catch .tooLong(_, let length, let limit) {
+            throw NameError.tooLong(name: text, length: length, limit: limit)
+        } catch {
+            throw error
+        }
+        if text.utf8.count > maxLength { throw NameError.tooLong(name: text, length: text.utf8.count, limit: maxLength) }
+        self.text = text
+        self.labels = labels
+    }
+
+    /// Whether `name` (a valid name) matches the pattern.
+    public func matches(_ name: String) -> Bool {
+        var nameLabels = name.split(separator: ".", omittingEmptySubsequences: false)[...]
+        for label in labels {
+            switch label {
+            case .rest:
+                return !nameLabels.isEmpty
+            case .anyLabel:
+                guard nameLabels.popFirst() != nil else { return false }
+            case .literal(let literal):
+                guard let next = nameLabels.popFirst(), next == literal else { return false }
+            }
+        }
+        return nameLabels.isEmpty
+    }
+
+    /// The literal labels before the first wildcard, joined by `.` (empty when the pattern starts with one).
+    public var literalPrefix: String {
+        var parts: [Substring] = []
+        for label in labels {
+            guard case .literal(let literal) = label else { break }
+            parts.append(literal)
+        }
+        return parts.joined(separator: ".")
+    }
+
+    public var description: String { text }
+}

@@ -1,0 +1,153 @@
+import ArgumentParser
+import Foundation
+import Notify
+
+extension Notifyctl {
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the daemon's figures.")
+
+        @OptionGroup var connection: ConnectionOptions
+        @Flag(name: .long, help: "Print JSON.") var json = false
+
+        func run() async throws {
+            try await reportingFailures {
+                let center = try await connection.connect()
+                let status = try await center.daemonStatus()
+                if json {
+                    StandardStreams.output(try JSONOutput.encode(status))
+                } else {
+                    let rows: [(String, String)] = [
+                        ("version", status.version), ("instance", status.instanceID), ("pid", "\(status.pid)"),
+                        ("uptime", String(format: "%.0f s", status.uptimeSeconds)),
+                        ("connections", "\(status.connections)"), ("subscriptions", "\(status.subscriptions)"),
+                        ("names subscribed", "\(status.subscribedNames)"), ("patterns", "\(status.patterns)"),
+                        ("names with state", "\(status.stateNames)"), ("retained", "\(status.retainedNames)"),
+                        ("posts", "\(status.posts) (\(String(format: "%.1f", status.postsPerSecond))/s)"),
+                        ("deliveries", "\(status.deliveries) (\(String(format: "%.1f", status.deliveriesPerSecond))/s)"),
+                        ("merged", "\(status.merged)"), ("dropped", "\(status.dropped)"),
+                        ("slow consumers disconnected", "\(status.slowConsumerDisconnects)"),
+                        ("memory", "\(status.residentMemoryBytes / 1024) KiB resident, \(status.outboundBytes) B queued, \(status.heldBytes) B held"),
+                    ]
+                    for (label, value) in rows { StandardStreams.output(label.padding(toLength: 28, withPad: " ", startingAt: 0) + value) }
+                }
+                await center.close()
+            }
+        }
+    }
+
+    struct Names: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List names with subscribers, a state value or a retained notification.")
+
+        @OptionGroup var connection: ConnectionOptions
+        @Argument(help: "Only names matching this pattern (e.g. 'org.example.>').") var pattern: String?
+        @Flag(name: .long, help: "Print JSON.") var json = false
+
+        func run() async throws {
+            try await reportingFailures {
+                let center = try await connection.connect()
+                let names = try await center.daemonNames(matching: pattern)
+                if json {
+                    StandardStreams.output(try JSONOutput.encode(names))
+                } else {
+                    StandardStreams.output("SUBSCRIBERS  STATE                 RETAINED  NAME")
+                    for name in names {
+                        let state = name.state.map(String.init) ?? "-"
+                        StandardStreams.output(
+                            "\(pad(name.subscribers, 11))  \(state.padding(toLength: 20, withPad: " ", startingAt: 0))  "
+                                + "\((name.hasRetained ? "yes" : "no").padding(toLength: 8, withPad: " ", startingAt: 0))  \(name.name)")
+                    }
+                }
+                await center.close()
+            }
+        }
+    }
+
+    struct Clients: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List connected clients (all of them for root, your own otherwise).")
+
+        @OptionGroup var connection: ConnectionOptions
+        @Flag(name: .long, help: "Print JSON.") var json = false
+
+        func run() async throws {
+            try await reportingFailures {
+                let center = try await connection.connect()
+                let clients = try await center.daemonClients()
+                if json {
+                    StandardStreams.output(try JSONOutput.encode(clients))
+                } else {
+                    StandardStreams.output("    PID    UID  SUBS  PENDING     HELD  SUSPENDED  COMMAND")
+                    for client in clients {
+                        StandardStreams.output(
+                            "\(pad(client.pid, 7))  \(pad(client.uid, 5))  \(pad(client.subscriptions, 4))  "
+                                + "\(pad(client.pendingBytes, 7))  \(pad(client.heldBytes, 7))  "
+                                + "\((client.suspended ? "yes" : "no").padding(toLength: 9, withPad: " ", startingAt: 0))  "
+                                + "\(client.command ?? "?") (\(client.clientName))")
+                    }
+                }
+                await center.close()
+            }
+        }
+    }
+
+    struct State: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Read or set a name's state value (a 64-bit unsigned number).",
+            subcommands: [Get.self, Set.self])
+
+        struct Get: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Print the state value of a name, or 'unset' (exit status 0 either way).")
+            @OptionGroup var connection: ConnectionOptions
+            @Argument(help: "The name.") var name: String
+            @Flag(name: .long, help: "Print JSON.") var json = false
+
+            func run() async throws {
+                try await reportingFailures {
+                    try NotifyCenter.validate(name: name)
+                    let center = try await connection.connect()
+                    let value = try await center.state(of: name)
+                    if json {
+                        StandardStreams.output(#"{"name":\#(try JSONOutput.string(name)),"state":\#(value.map(String.init) ?? "null")}"#)
+                    } else {
+                        StandardStreams.output(value.map(String.init) ?? "unset")
+                    }
+                    await center.close()
+                }
+            }
+        }
+
+        struct Set: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Set the state value of a name.")
+            @OptionGroup var connection: ConnectionOptions
+            @Argument(help: "The name.") var name: String
+            @Argument(help: "The value, 0 to 18446744073709551615.") var value: UInt64
+
+            func run() async throws {
+                try await reportingFailures {
+                    try NotifyCenter.validate(name: name)
+                    let center = try await connection.connect()
+                    try await center.setState(value, for: name)
+                    await center.close()
+                }
+            }
+        }
+    }
+}
+
+private func pad(_ value: some BinaryInteger, _ width: Int) -> String {
+    let text = "\(value)"
+    return String(repeating: " ", count: max(0, width - text.count)) + text
+}
+
+/// JSON output with sorted keys, one document per line.
+enum JSONOutput {
+    static func encode<T: Encodable>(_ value: T) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+
+    static func string(_ text: String) throws -> String { try encode(text) }
+}
