@@ -84,7 +84,7 @@ final class CenterCore: Sendable {
         var pending: [UInt32: State.PendingRequest] = [:]
         var subscriptions: [SubscriptionKey: SubscriptionEntry] = [:]
         /// Observations of exact names (all policies), for routing without scanning.
-        var exactObservers: [String: [ObservationCore]] = [:]
+        var exactObservers: [ExactName: [ObservationCore]] = [:]
         /// Subscriptions with wildcards, matched against every incoming name.
         var patternKeys: Set<SubscriptionKey> = []
         var keysByID: [UInt32: SubscriptionKey] = [:]
@@ -419,7 +419,7 @@ final class CenterCore: Sendable {
     private func deliver(_ frame: NotificationFrame, mergedCount: UInt64) {
         let targets = state.withLockedValue { state -> [(ObservationCore, UInt64)] in
             var targets: [(ObservationCore, UInt64)] = []
-            if let exact = state.exactObservers[frame.name] {
+            if let exact = state.exactObservers[ExactName(frame.name)] {
                 for core in exact { targets.append((core, state.pendingDrops.removeValue(forKey: core.key) ?? 0)) }
             }
             for key in state.patternKeys {
@@ -597,7 +597,7 @@ final class CenterCore: Sendable {
     @discardableResult
     private func postLocally(_ name: String, payload: ByteBuffer) -> Int {
         let observers = state.withLockedValue { state -> [ObservationCore] in
-            var observers = state.exactObservers[name] ?? []
+            var observers = state.exactObservers[ExactName(name)] ?? []
             for key in state.patternKeys where state.subscriptions[key]?.pattern.matches(name) == true {
                 observers += state.subscriptions[key]!.observations
             }
@@ -633,7 +633,7 @@ final class CenterCore: Sendable {
             if pattern.hasWildcards {
                 state.patternKeys.insert(key)
             } else {
-                state.exactObservers[patternText, default: []].append(core)
+                state.exactObservers[ExactName(patternText), default: []].append(core)
             }
             let isNew = state.subscriptions[key] == nil
             if isNew {
@@ -677,9 +677,9 @@ final class CenterCore: Sendable {
     func remove(_ core: ObservationCore) {
         let key = core.key
         let schedule = state.withLockedValue { state -> Bool in
-            if var exact = state.exactObservers[key.pattern] {
+            if var exact = state.exactObservers[ExactName(key.pattern)] {
                 exact.removeAll { $0 === core }
-                state.exactObservers[key.pattern] = exact.isEmpty ? nil : exact
+                state.exactObservers[ExactName(key.pattern)] = exact.isEmpty ? nil : exact
             }
             guard var entry = state.subscriptions[key] else { return false }
             entry.observations.removeAll { $0 === core }
@@ -819,6 +819,14 @@ final class CenterCore: Sendable {
 
 /// A daemon subscription's identity in the library: the pattern and the policy.
 struct SubscriptionKey: Hashable, Sendable {
-    var pattern: String
+    /// Compared byte for byte, as the daemon compares names.
+    private var exactPattern: ExactName
     var policy: DeliveryPolicy
+
+    init(pattern: String, policy: DeliveryPolicy) {
+        self.exactPattern = ExactName(pattern)
+        self.policy = policy
+    }
+
+    var pattern: String { exactPattern.string }
 }

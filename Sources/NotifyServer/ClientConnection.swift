@@ -54,9 +54,9 @@ final class ClientConnection: ChannelInboundHandler {
 
     private var subscriptions: [UInt32: Subscription] = [:]
     /// Exact name → number of this connection's subscriptions naming it.
-    private var exactNames: [String: Int] = [:]
+    private var exactNames: [ExactName: Int] = [:]
     /// Pattern text → number of this connection's subscriptions using it.
-    private var patternCounts: [String: Int] = [:]
+    private var patternCounts: [ExactName: Int] = [:]
     private(set) var merged: UInt64 = 0
     private(set) var dropped: UInt64 = 0
 
@@ -101,6 +101,9 @@ final class ClientConnection: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        // A read loop that ends in an error or EOF gets no channelReadComplete: flush what this connection's
+        // last reads queued for others.
+        router.flushDirtyConnections()
         if state != .closed {
             state = .closed
             router.unregister(self)
@@ -144,6 +147,7 @@ final class ClientConnection: ChannelInboundHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
         logger.debug("connection error", metadata: ["error": "\(error)"])
+        router.flushDirtyConnections()
         context.close(promise: nil)
     }
 
@@ -254,12 +258,12 @@ final class ClientConnection: ChannelInboundHandler {
         subscriptions[subscribe.subscriptionID] = Subscription(pattern: pattern, policy: policy)
         account?.subscriptions += 1
         if pattern.hasWildcards {
-            let count = patternCounts[pattern.text, default: 0]
-            patternCounts[pattern.text] = count + 1
+            let count = patternCounts[ExactName(pattern.text), default: 0]
+            patternCounts[ExactName(pattern.text)] = count + 1
             if count == 0 { router.addPattern(pattern, for: self) }
         } else {
-            let count = exactNames[pattern.text, default: 0]
-            exactNames[pattern.text] = count + 1
+            let count = exactNames[ExactName(pattern.text), default: 0]
+            exactNames[ExactName(pattern.text)] = count + 1
             if count == 0 { router.addSubscriber(self, to: pattern.text) }
         }
         // Retained notifications first: the OK that follows tells the client the current values are complete.
@@ -283,12 +287,12 @@ final class ClientConnection: ChannelInboundHandler {
 
     private func removeFromRouter(_ pattern: NotificationPattern) {
         if pattern.hasWildcards {
-            let count = patternCounts[pattern.text, default: 1] - 1
-            patternCounts[pattern.text] = count == 0 ? nil : count
+            let count = patternCounts[ExactName(pattern.text), default: 1] - 1
+            patternCounts[ExactName(pattern.text)] = count == 0 ? nil : count
             if count == 0 { router.removePattern(pattern, for: self) }
         } else {
-            let count = exactNames[pattern.text, default: 1] - 1
-            exactNames[pattern.text] = count == 0 ? nil : count
+            let count = exactNames[ExactName(pattern.text), default: 1] - 1
+            exactNames[ExactName(pattern.text)] = count == 0 ? nil : count
             if count == 0 { router.removeSubscriber(self, from: pattern.text) }
         }
     }
@@ -454,7 +458,8 @@ final class ClientConnection: ChannelInboundHandler {
     private func strongestPolicy(for name: String) -> (DeliveryPolicy, UInt32) {
         var best: (policy: DeliveryPolicy, id: UInt32)?
         for (id, subscription) in subscriptions {
-            let matches = subscription.pattern.hasWildcards ? subscription.pattern.matches(name) : subscription.pattern.text == name
+            let matches = subscription.pattern.hasWildcards
+                ? subscription.pattern.matches(name) : subscription.pattern.text.utf8.elementsEqual(name.utf8)
             if matches, best == nil || subscription.policy.strength > best!.policy.strength {
                 best = (subscription.policy, id)
             }

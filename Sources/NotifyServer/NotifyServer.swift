@@ -29,7 +29,12 @@ public final class NotifyServer: Service, Sendable {
     /// running when the loop is stuck, which is the point of scheduling it there.
     public var eventLoop: EventLoop { group.next() }
     private let onListening: @Sendable (String) -> Void
-    private let listener = NIOLockedValueBox<Channel?>(nil)
+    private let listener = NIOLockedValueBox(ListenerState())
+
+    private struct ListenerState {
+        var channel: Channel?
+        var shutdownRequested = false
+    }
     private let router = NIOLockedValueBox<NIOLoopBound<SubscriptionRouter>?>(nil)
 
     /// Creates a server; nothing happens until ``run()``.
@@ -52,6 +57,17 @@ public final class NotifyServer: Service, Sendable {
     /// Listens and serves until graceful shutdown (or task cancellation), then closes every connection after
     /// writing what is queued for it (within the configured deadline) and removes the socket file it created.
     public func run() async throws {
+        do {
+            try await serve()
+        } catch {
+            // A failed start must not leave the event loop thread behind.
+            try? await group.shutdownGracefully()
+            throw error
+        }
+        try await group.shutdownGracefully()
+    }
+
+    private func serve() async throws {
         let problems = configuration.limits.inconsistencies
         guard problems.isEmpty else {
             throw ServerError.invalidConfiguration(problems.joined(separator: "; "))
@@ -77,6 +93,13 @@ public final class NotifyServer: Service, Sendable {
         defer { for task in periodic { task.cancel() } }
         defer { self.router.withLockedValue { $0 = nil } }
         let (channel, createdPath) = try await bind(router: router)
+        // Store the listener before anyone hears that it listens, so a shutdown() from then on reaches it; a
+        // shutdown() that came earlier is remembered and honoured here.
+        let stopRequested = listener.withLockedValue { listener -> Bool in
+            listener.channel = channel
+            return listener.shutdownRequested
+        }
+        if stopRequested { channel.close(promise: nil) }
         logger.info(
             "notifyd listening",
             metadata: [
@@ -84,7 +107,6 @@ public final class NotifyServer: Service, Sendable {
             ])
         onListening(configuration.listenAddress.description)
 
-        listener.withLockedValue { $0 = channel }
         await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
                 try? await channel.closeFuture.get()
@@ -94,19 +116,22 @@ public final class NotifyServer: Service, Sendable {
         } onCancel: {
             channel.close(promise: nil)
         }
-        listener.withLockedValue { $0 = nil }
+        listener.withLockedValue { $0.channel = nil }
         try? await channel.close().get()
 
         await closeClients(router: router, on: eventLoop)
         if let createdPath { _ = unlink(createdPath) }
         logger.info("notifyd stopped")
-        try await group.shutdownGracefully()
     }
 
     /// Starts a graceful shutdown, as SIGTERM does under a `ServiceGroup`: stop accepting, write what is queued,
     /// close every connection, and return from ``run()``.
     public func shutdown() {
-        listener.withLockedValue { $0 }?.close(promise: nil)
+        let channel = listener.withLockedValue { listener -> Channel? in
+            listener.shutdownRequested = true
+            return listener.channel
+        }
+        channel?.close(promise: nil)
     }
 
     /// Replaces the reserved prefixes and quotas while running (for a configuration reload). Connections and

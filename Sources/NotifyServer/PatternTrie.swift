@@ -4,7 +4,7 @@ import NotifyWire
 /// cost does not grow with the number of patterns that cannot match.
 final class PatternTrie {
     final class Node {
-        var literal: [Substring: Node] = [:]
+        var literal: [LabelKey: Node] = [:]
         var anyLabel: Node?
         /// Connections whose pattern ends here.
         var terminal: [ClientConnection] = []
@@ -22,11 +22,11 @@ final class PatternTrie {
         for label in pattern.labels {
             switch label {
             case .literal(let text):
-                if let next = node.literal[text] {
+                if let next = node.literal[LabelKey(text)] {
                     node = next
                 } else {
                     let next = Node()
-                    node.literal[Substring(String(text))] = next
+                    node.literal[LabelKey(text)] = next
                     node = next
                 }
             case .anyLabel:
@@ -64,8 +64,8 @@ final class PatternTrie {
         case .anyLabel:
             if let child = node.anyLabel, remove(labels.dropFirst(), connection, from: child) { node.anyLabel = nil }
         case .literal(let text):
-            if let child = node.literal[text], remove(labels.dropFirst(), connection, from: child) {
-                node.literal.removeValue(forKey: text)
+            if let child = node.literal[LabelKey(text)], remove(labels.dropFirst(), connection, from: child) {
+                node.literal.removeValue(forKey: LabelKey(text))
             }
         }
         return node.isEmpty
@@ -83,7 +83,26 @@ final class PatternTrie {
         }
         for connection in node.rest { body(connection) }
         let remaining = labels.dropFirst()
-        if let child = node.literal[label] { visit(child, remaining, body) }
+        if let child = node.literal[LabelKey(label)] { visit(child, remaining, body) }
         if let child = node.anyLabel { visit(child, remaining, body) }
+    }
+}
+
+/// A label compared byte for byte (see `ExactName`), without copying it out of the name.
+struct LabelKey: Hashable {
+    let label: Substring
+
+    init(_ label: Substring) { self.label = label }
+
+    static func == (lhs: LabelKey, rhs: LabelKey) -> Bool {
+        lhs.label.utf8.elementsEqual(rhs.label.utf8)
+    }
+
+    func hash(into hasher: inout Hasher) {
+        let hashed: Void? = label.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        if hashed == nil {
+            for byte in label.utf8 { hasher.combine(byte) }
+        }
+        hasher.combine(0xFF as UInt8)
     }
 }

@@ -33,15 +33,15 @@ final class SubscriptionRouter {
     private let allocator = ByteBufferAllocator()
     private let startTime = NIODeadline.now()
 
-    private var exact: [String: Subscribers] = [:]
+    private var exact: [ExactName: Subscribers] = [:]
     private let patterns = PatternTrie()
     private(set) var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var accounts: [UInt32: UIDAccount] = [:]
     /// Connections with bytes appended since their last flush.
     private var dirty: [ClientConnection] = []
     private var nextConnectionNumber: UInt64 = 0
-    private var states: [String: (value: UInt64, ownerUID: UInt32)] = [:]
-    private var retained: [String: RetainedNotification] = [:]
+    private var states: [ExactName: (value: UInt64, ownerUID: UInt32)] = [:]
+    private var retained: [ExactName: RetainedNotification] = [:]
     private var rateSamples: [(time: NIODeadline, posts: UInt64, deliveries: UInt64)] = []
 
     /// The sequence number of the last accepted post.
@@ -90,22 +90,22 @@ final class SubscriptionRouter {
 
     /// Adds `connection` to the subscribers of exactly `name` (once per name and connection).
     func addSubscriber(_ connection: ClientConnection, to name: String) {
-        if let subscribers = exact[name] {
+        if let subscribers = exact[ExactName(name)] {
             subscribers.connections.append(connection)
         } else {
             let subscribers = Subscribers()
             subscribers.connections.append(connection)
-            exact[name] = subscribers
+            exact[ExactName(name)] = subscribers
         }
     }
 
     func removeSubscriber(_ connection: ClientConnection, from name: String) {
-        guard let subscribers = exact[name] else { return }
+        guard let subscribers = exact[ExactName(name)] else { return }
         if let index = subscribers.connections.firstIndex(where: { $0 === connection }) {
             subscribers.connections.swapAt(index, subscribers.connections.count - 1)
             subscribers.connections.removeLast()
         }
-        if subscribers.connections.isEmpty { exact.removeValue(forKey: name) }
+        if subscribers.connections.isEmpty { exact.removeValue(forKey: ExactName(name)) }
     }
 
     func addPattern(_ pattern: NotificationPattern, for connection: ClientConnection) {
@@ -117,10 +117,10 @@ final class SubscriptionRouter {
     }
 
     /// Whether `name` has exact subscribers, which also proves it passed the name grammar when subscribed.
-    func hasSubscribers(_ name: String) -> Bool { exact[name] != nil }
+    func hasSubscribers(_ name: String) -> Bool { exact[ExactName(name)] != nil }
 
     /// The number of connections subscribed to exactly `name` (for tests and introspection).
-    func subscriberCount(of name: String) -> Int { exact[name]?.connections.count ?? 0 }
+    func subscriberCount(of name: String) -> Int { exact[ExactName(name)]?.connections.count ?? 0 }
 
     // MARK: Posting
 
@@ -154,7 +154,7 @@ final class SubscriptionRouter {
             if connection.deliver(frame!, name: name, sequence: sequence) { delivered += 1 }
         }
 
-        if let subscribers = exact[name] {
+        if let subscribers = exact[ExactName(name)] {
             for connection in subscribers.connections { offer(connection) }
         }
         if patterns.count > 0 {
@@ -170,16 +170,16 @@ final class SubscriptionRouter {
     func mayRetain(_ size: Int, name: String, uid: UInt32) -> Bool {
         let account = account(for: uid)
         if account.isExempt { return true }
-        let replaced = retained[name].map { $0.ownerUID == uid ? $0.payload.readableBytes : 0 } ?? 0
+        let replaced = retained[ExactName(name)].map { $0.ownerUID == uid ? $0.payload.readableBytes : 0 } ?? 0
         return account.retainedBytes - replaced + size <= configuration.access.quotas.retainedBytesPerUID
     }
 
     private func storeRetained(name: String, payload: ByteBuffer, sender: SenderCredentials, sequence: UInt64) {
-        if let previous = retained[name] { account(for: previous.ownerUID).retainedBytes -= previous.payload.readableBytes }
+        if let previous = retained[ExactName(name)] { account(for: previous.ownerUID).retainedBytes -= previous.payload.readableBytes }
         // Own copy: the decoded payload is a slice of the connection's read buffer.
         var copy = allocator.buffer(capacity: payload.readableBytes)
         copy.writeImmutableBuffer(payload)
-        retained[name] = RetainedNotification(sequence: sequence, sender: sender, payload: copy, ownerUID: sender.uid)
+        retained[ExactName(name)] = RetainedNotification(sequence: sequence, sender: sender, payload: copy, ownerUID: sender.uid)
         account(for: sender.uid).retainedBytes += payload.readableBytes
     }
 
@@ -187,9 +187,9 @@ final class SubscriptionRouter {
     func retainedNotifications(matching pattern: NotificationPattern, for peer: AccessControl.Peer) -> [NotificationFrame] {
         let matches: [(String, RetainedNotification)]
         if pattern.hasWildcards {
-            matches = retained.filter { pattern.matches($0.key) }.map { ($0.key, $0.value) }
+            matches = retained.filter { pattern.matches($0.key.string) }.map { ($0.key.string, $0.value) }
         } else {
-            matches = retained[pattern.text].map { [(pattern.text, $0)] } ?? []
+            matches = retained[ExactName(pattern.text)].map { [(pattern.text, $0)] } ?? []
         }
         return matches
             .filter { name, _ in access.rule(for: name).map { access.mayObserve($0, peer) } ?? true }
@@ -201,19 +201,19 @@ final class SubscriptionRouter {
 
     /// Sets a state value; `false` when the setter's quota of state names is used up.
     func setState(_ value: UInt64, for name: String, uid: UInt32) -> Bool {
-        if var existing = states[name] {
+        if var existing = states[ExactName(name)] {
             existing.value = value
-            states[name] = existing
+            states[ExactName(name)] = existing
             return true
         }
         let account = account(for: uid)
         if !account.isExempt, account.stateNames >= configuration.access.quotas.stateNamesPerUID { return false }
         account.stateNames += 1
-        states[name] = (value, uid)
+        states[ExactName(name)] = (value, uid)
         return true
     }
 
-    func state(of name: String) -> UInt64? { states[name]?.value }
+    func state(of name: String) -> UInt64? { states[ExactName(name)]?.value }
 
     // MARK: Held notifications
 
@@ -282,11 +282,13 @@ final class SubscriptionRouter {
         var all = Set(exact.keys)
         all.formUnion(states.keys)
         all.formUnion(retained.keys)
-        return all.filter { pattern?.matches($0) ?? true }.sorted().map { name in
-            Introspection.Name(
-                name: name, subscribers: exact[name]?.connections.count ?? 0, state: states[name]?.value,
-                hasRetained: retained[name] != nil)
-        }
+        return all.filter { pattern?.matches($0.string) ?? true }
+            .sorted { $0.string.utf8.lexicographicallyPrecedes($1.string.utf8) }
+            .map { name in
+                Introspection.Name(
+                    name: name.string, subscribers: exact[name]?.connections.count ?? 0, state: states[name]?.value,
+                    hasRetained: retained[name] != nil)
+            }
     }
 
     /// Clients visible to `uid`: all of them for root, the user's own otherwise.

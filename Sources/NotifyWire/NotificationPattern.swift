@@ -72,7 +72,7 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
             case .anyLabel:
                 guard nameLabels.popFirst() != nil else { return false }
             case .literal(let literal):
-                guard let next = nameLabels.popFirst(), next == literal else { return false }
+                guard let next = nameLabels.popFirst(), next.bytesEqual(literal) else { return false }
             }
         }
         return nameLabels.isEmpty
