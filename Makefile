@@ -9,7 +9,7 @@ ARGS    ?=
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps build run test clean
+.PHONY: all deps build run test sanitize clean
 
 all: build
 
@@ -39,10 +39,17 @@ build: deps
 run: build
 	exec $(BIN_DIR)/notifyd $(ARGS)
 
-## test: build and run every test.
+## test: build and run every test, then the client-library and integration tests under ThreadSanitizer.
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
+	$(MAKE) sanitize
+
+## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer.
+sanitize: deps
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
+	TSAN_OPTIONS="halt_on_error=1" $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
+	  --filter 'NotifyTests|IntegrationTests'
 
 clean:
 	rm -rf .build

@@ -60,6 +60,9 @@ final class CenterCore: Sendable {
             case ping(CheckedContinuation<Void, Error>)
             case post(name: String, CheckedContinuation<PostReceipt, Error>)
             case acknowledged(CheckedContinuation<Void, Error>)
+            /// A request the library makes on its own (replaying `suspend` after a reconnection, removing a
+            /// current-value probe); `operation` names it in logs and events if the daemon rejects it.
+            case housekeeping(operation: String)
             case state(CheckedContinuation<UInt64?, Error>)
             case query(CheckedContinuation<ByteBuffer, Error>)
         }
@@ -212,7 +215,7 @@ final class CenterCore: Sendable {
             }
             for _ in 0..<state.suspendCount {
                 let requestID = state.makeRequestID()
-                state.pending[requestID] = .subscribe(pattern: "(suspend)")
+                state.pending[requestID] = .housekeeping(operation: "suspend (replayed after reconnecting)")
                 ClientFrame.suspend(requestID: requestID).encode(into: &buffer)
             }
             for post in state.held {
@@ -409,6 +412,9 @@ final class CenterCore: Sendable {
             emit(.requestRejected(operation: "subscribe to \(core.name)", error: error.description))
         case .unsubscribe(let name):
             logger.debug("unsubscribe rejected", metadata: ["name": "\(name)", "error": "\(error)"])
+        case .housekeeping(let operation):
+            logger.error("request rejected", metadata: ["operation": "\(operation)", "error": "\(error)"])
+            emit(.requestRejected(operation: operation, error: error.description))
         case nil:
             let operation = error.requestID & 0x8000_0000 != 0 ? "post" : "request \(error.requestID)"
             logger.error("request rejected", metadata: ["operation": "\(operation)", "error": "\(error)"])
@@ -456,7 +462,7 @@ final class CenterCore: Sendable {
             // The probe subscription only existed to fetch the current value: drop it again.
             guard case .currentValue(_, let probe?) = request, state.channel != nil else { return (request, false) }
             let unsubscribeID = state.makeRequestID()
-            state.pending[unsubscribeID] = .unsubscribe(pattern: "(current value probe)")
+            state.pending[unsubscribeID] = .housekeeping(operation: "unsubscribe current-value probe")
             return (request, enqueueLocked(.unsubscribe(requestID: unsubscribeID, subscriptionID: probe), &state))
         }
         if schedule { scheduleFlush() }
@@ -806,7 +812,7 @@ final class CenterCore: Sendable {
             case .state(let continuation): continuation.resume(throwing: error)
             case .query(let continuation): continuation.resume(throwing: error)
             case .currentValue(let core, _): core.finishWaitingForCurrentValue()
-            case .subscribe, .unsubscribe: break
+            case .subscribe, .unsubscribe, .housekeeping: break
             }
         }
     }
