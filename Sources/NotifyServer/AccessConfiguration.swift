@@ -187,3 +187,32 @@ public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvert
 
     public var description: String { "\(location): \(message)" }
 }
+
+extension AccessConfiguration {
+    /// The system daemon's configuration file.
+    public static let systemPath = "/etc/notifyd/notifyd.conf"
+
+    /// Reads and parses a configuration file.
+    ///
+    /// - Throws: ``ConfigurationError`` when the file cannot be read or a line is wrong.
+    public static func load(path: String) throws(ConfigurationError) -> AccessConfiguration {
+        guard let file = fopen(path, "r") else {
+            throw ConfigurationError(location: path, message: "cannot read: \(String(cString: strerror(errno)))")
+        }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&chunk, 1, chunk.count, file)
+            if count > 0 { bytes += chunk.prefix(count) }
+            if count < chunk.count { break }
+            if bytes.count > 1 << 20 {
+                throw ConfigurationError(location: path, message: "larger than 1 MiB; this is not a configuration file")
+            }
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw ConfigurationError(location: path, message: "not valid UTF-8")
+        }
+        return try parse(text, source: path)
+    }
+}
