@@ -107,7 +107,10 @@ final class ClientConnection: ChannelInboundHandler {
         if state != .closed {
             state = .closed
             router.unregister(self)
-            logger.debug("connection closed", metadata: dropped + merged > 0 ? ["dropped": "\(dropped)", "merged": "\(merged)"] : nil)
+            // Routine closes are debug; a client that lost notifications is worth an operator's attention.
+            logger.log(
+                level: dropped > 0 ? .notice : .debug, "connection closed",
+                metadata: dropped + merged > 0 ? ["dropped": "\(dropped)", "merged": "\(merged)"] : nil)
         }
         context.fireChannelInactive()
     }
@@ -552,19 +555,34 @@ final class ClientConnection: ChannelInboundHandler {
         markDirty()
     }
 
-    /// Starts a graceful close for daemon shutdown: everything already queued is written, then an
-    /// `ERROR shutting-down` frame tells the client to reconnect later, then the connection closes.
+    /// Starts a graceful close for daemon shutdown: everything already queued is written, then a `GOODBYE`
+    /// frame tells the client to reconnect calmly, after a delay spread over ``goodbyeReconnectDelays`` so that
+    /// the clients of a restarting daemon do not all come back at once; then the connection closes.
     ///
     /// - Returns: a future that completes when the channel has closed.
     func beginShutdown() -> EventLoopFuture<Void> {
         guard let context else { return router.eventLoop.makeSucceededVoidFuture() }
         if state == .awaitingHello || state == .open {
+            // What is held for a slow or suspended client is bounded already: send it too, in order, so
+            // nothing posted before the shutdown is lost without a word.
+            if held != nil {
+                held!.release(into: &outbound.buffer, budget: Int.max)
+                held = nil
+                router.stoppedHolding(self)
+                syncAccount()
+            }
             outbound.append(
-                .error(ErrorFrame(requestID: ProtocolConstants.noRequest, code: .shuttingDown, message: "notifyd is shutting down")))
+                .goodbye(
+                    GoodbyeFrame(
+                        reconnectAfterMilliseconds: UInt32.random(in: Self.goodbyeReconnectDelays),
+                        reason: "notifyd is shutting down")))
             closeAfterFlushing()
         }
         return context.channel.closeFuture
     }
+
+    /// The range of `GOODBYE.reconnect_after_ms` values, in milliseconds (PROTOCOL.md § 7).
+    static let goodbyeReconnectDelays: ClosedRange<UInt32> = 250...1_000
 
     /// Closes at once, discarding what is queued (when the shutdown deadline has passed).
     func forceClose() {

@@ -9,8 +9,9 @@ public struct ServerConfiguration: Sendable {
     public var socketMode: UInt32
     /// The limits announced in `WELCOME` and enforced on every request.
     public var limits: ServerLimits
-    /// The most bytes queued for one connection (not yet written to its socket). Past it, notifications for
-    /// that connection are dropped and counted, and the connection receives an `OVERFLOW` notice.
+    /// The most bytes queued for one connection (not yet written to its socket). Past it, the connection's
+    /// notifications are held under each subscription's policy (coalesce, queue or disconnect), and what is
+    /// held is bounded by the same number (`protocol/PROTOCOL.md` § 9.4).
     public var outboundByteLimit: Int
     /// The daemon's name and version, sent in `WELCOME`.
     public var serverName: String

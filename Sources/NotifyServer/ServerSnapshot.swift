@@ -14,7 +14,7 @@ public struct ServerSnapshot: Sendable {
         public var subscriptions: Int
         /// Bytes queued for it and not yet written to its socket.
         public var pendingBytes: Int
-        /// Notifications dropped for it because its queue was full.
+        /// Notifications dropped for it under the `queue` policy or evicted from what was held for it.
         public var droppedNotifications: UInt64
     }
 
