@@ -103,6 +103,8 @@ final class CenterCore: Sendable {
         var lastFailure: String?
         /// A fatal `ERROR` the daemon sent on the current connection, reported when it closes.
         var closingError: ErrorFrame?
+        /// The `GOODBYE` the daemon sent on the current connection: it is shutting down gracefully.
+        var goodbye: GoodbyeFrame?
 
         init(reconnectDelay: Double) { self.reconnectDelay = reconnectDelay }
 
@@ -123,6 +125,13 @@ final class CenterCore: Sendable {
             // for one of them can be told apart without remembering every post.
             let id = nextRequestID
             nextRequestID = nextRequestID >= 0x7FFF_FFFF ? 1 : nextRequestID + 1
+            return id
+        }
+
+        /// Subscription ids start at 1 and skip 0 when they wrap: `OVERFLOW` uses 0 for the whole connection.
+        mutating func makeSubscriptionID() -> UInt32 {
+            let id = nextSubscriptionID
+            nextSubscriptionID = nextSubscriptionID == UInt32.max ? 1 : nextSubscriptionID + 1
             return id
         }
 
@@ -203,6 +212,7 @@ final class CenterCore: Sendable {
             guard case .connecting = state.phase else { return false }
             state.phase = .handshaking(channel)
             state.closingError = nil
+            state.goodbye = nil
             // HELLO first, then every live subscription, pipelined without waiting for WELCOME.
             var buffer = channel.allocator.buffer(capacity: 256)
             ClientFrame.hello(.init(clientName: configuration.clientName)).encode(into: &buffer)
@@ -257,6 +267,14 @@ final class CenterCore: Sendable {
     }
 
     private func nextDelay(_ state: inout State) -> Double {
+        if let goodbye = state.goodbye {
+            // A calm disconnect: the first attempt waits as long as the daemon asked (within the policy's
+            // maximum); later ones back off from there rather than from the initial delay.
+            state.goodbye = nil
+            let delay = min(Double(goodbye.reconnectAfterMilliseconds) / 1_000, configuration.reconnect.maximumDelay)
+            state.reconnectDelay = min(max(state.reconnectDelay, delay) * 2, configuration.reconnect.maximumDelay)
+            return delay
+        }
         let delay = state.reconnectDelay
         state.reconnectDelay = min(delay * 2, configuration.reconnect.maximumDelay)
         return delay
@@ -266,7 +284,9 @@ final class CenterCore: Sendable {
     func channelClosed(_ channel: Channel, reason: String?) {
         let outcome = state.withLockedValue { state -> (Bool, [State.PendingRequest], String) in
             guard let current = state.channel, current === channel else { return (false, [], "") }
-            let why = state.closingError.map { "daemon closed the connection: \($0)" } ?? reason ?? "connection closed by the daemon"
+            let why =
+                state.goodbye.map { describeGoodbye($0) } ?? state.closingError.map { "daemon closed the connection: \($0)" }
+                ?? reason ?? "connection closed by the daemon"
             state.phase = .waitingToReconnect
             state.lastFailure = why
             state.outgoing.clear()
@@ -363,7 +383,20 @@ final class CenterCore: Sendable {
             emit(.notificationsDropped(count: dropped, pattern: pattern))
         case .error(let error):
             handleError(error)
+        case .goodbye(let goodbye):
+            state.withLockedValue { $0.goodbye = goodbye }
+            logger.info(
+                "notifyd is shutting down",
+                metadata: ["reason": "\(goodbye.reason)", "reconnectAfterMs": "\(goodbye.reconnectAfterMilliseconds)"])
         }
+    }
+
+    /// The disconnect reason after `GOODBYE`; it keeps the `shutting-down` error code's name, which clients of the
+    /// fatal `ERROR shutting-down` used before `GOODBYE` existed may look for.
+    private func describeGoodbye(_ goodbye: GoodbyeFrame) -> String {
+        let delay = min(Double(goodbye.reconnectAfterMilliseconds) / 1_000, configuration.reconnect.maximumDelay)
+        let next = configuration.reconnect.isEnabled ? "reconnecting in \(Int((delay * 1_000).rounded())) ms" : "not reconnecting"
+        return "daemon closed the connection: \(ErrorCode.shuttingDown): the daemon is shutting down (\(goodbye.reason)); \(next)"
     }
 
     private func handleWelcome(_ welcome: ServerFrame.Welcome, on channel: Channel) {
@@ -643,8 +676,7 @@ final class CenterCore: Sendable {
             }
             let isNew = state.subscriptions[key] == nil
             if isNew {
-                let subscriptionID = state.nextSubscriptionID
-                state.nextSubscriptionID &+= 1
+                let subscriptionID = state.makeSubscriptionID()
                 state.subscriptions[key] = State.SubscriptionEntry(id: subscriptionID, pattern: pattern, observations: [core])
                 state.keysByID[subscriptionID] = key
             } else {
@@ -659,8 +691,7 @@ final class CenterCore: Sendable {
             if !isNew {
                 // An existing subscription cannot fetch the current value for one new observation: a short-lived
                 // extra subscription does, atomically with its registration in the daemon.
-                subscriptionID = state.nextSubscriptionID
-                state.nextSubscriptionID &+= 1
+                subscriptionID = state.makeSubscriptionID()
                 probe = subscriptionID
             }
             if wantsCurrent {

@@ -67,7 +67,16 @@ public struct AccessConfiguration: Sendable, Hashable {
 
         /// Whether the rule covers `name`.
         public func covers(_ name: String) -> Bool {
-            name == prefix || (name.hasPrefix(prefix) && name.utf8.dropFirst(prefix.utf8.count).first == UInt8(ascii: "."))
+            Self.isLabelPrefix(prefix, of: name)
+        }
+
+        /// Whether `prefix` is `name` or its leading labels, compared byte for byte.
+        static func isLabelPrefix(_ prefix: String, of name: String) -> Bool {
+            let prefixBytes = prefix.utf8
+            let nameBytes = name.utf8
+            guard nameBytes.starts(with: prefixBytes) else { return false }
+            let rest = nameBytes.dropFirst(prefixBytes.count)
+            return rest.isEmpty || rest.first == UInt8(ascii: ".")
         }
 
         public var description: String {

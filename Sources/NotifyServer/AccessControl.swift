@@ -48,7 +48,9 @@ struct AccessControl {
         let literal = pattern.literalPrefix
         guard !literal.isEmpty, let rule = rule(for: literal), !allows(rule.observe, rule, peer) else { return nil }
         // Only refuse when no longer rule below the literal prefix could allow it.
-        let deeper = configuration.rules.contains { $0.prefix.utf8.count > rule.prefix.utf8.count && $0.prefix.hasPrefix(literal) }
+        let deeper = configuration.rules.contains { other in
+            other.prefix.utf8.count > rule.prefix.utf8.count && AccessConfiguration.PrefixRule.isLabelPrefix(literal, of: other.prefix)
+        }
         if deeper { return nil }
         return Denial(
             message: "permission denied: \(who(rule.observe, rule)) may observe names under '\(rule.prefix)' "
@@ -83,6 +85,11 @@ struct AccessControl {
         guard name.hasPrefix("user.") else { return nil }
         let labels = name.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
         guard labels.count == 3 else { return nil }
+        // Canonical decimal only: `user.01000.x` or `user.+1000.x` are not uid 1000's names.
+        let digits = labels[1].utf8
+        guard !digits.isEmpty, digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+            digits.count == 1 || digits.first != UInt8(ascii: "0")
+        else { return nil }
         return UInt32(labels[1])
     }
 

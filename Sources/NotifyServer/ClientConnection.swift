@@ -91,7 +91,7 @@ final class ClientConnection: ChannelInboundHandler {
         logger[metadataKey: "pid"] = "\(credentials.pid)"
         logger[metadataKey: "uid"] = "\(credentials.uid)"
         logger.debug("connection opened")
-        let quota = router.configuration.access.quotas.connectionsPerUID
+        let quota = router.quotas.connectionsPerUID
         if !account.isExempt, account.connections > quota {
             logger.warning("connection refused: per-user connection quota reached", metadata: ["quota": "\(quota)"])
             failClosing(.quotaExceeded, "uid \(credentials.uid) already has the maximum of \(quota) connections")
@@ -186,7 +186,7 @@ final class ClientConnection: ChannelInboundHandler {
         case .resume(let requestID):
             handleResume(requestID: requestID)
         case .query(let requestID, let kind, let argument):
-            switch router.query(kind: kind, argument: argument, requesterUID: credentials.uid) {
+            switch router.query(kind: kind, argument: argument, requester: peer) {
             case .success(let json): reply(.queryResult(requestID: requestID, json: json))
             case .failure(let denial): reject(requestID, .invalidRequest, denial.message)
             }
@@ -248,7 +248,7 @@ final class ClientConnection: ChannelInboundHandler {
             reject(requestID, .tooManySubscriptions, "this connection already holds the maximum of \(limits.maxSubscriptions) subscriptions")
             return
         }
-        let quota = router.configuration.access.quotas.subscriptionsPerUID
+        let quota = router.quotas.subscriptionsPerUID
         if let account, !account.isExempt, account.subscriptions >= quota {
             reject(requestID, .quotaExceeded, "uid \(credentials.uid) already holds the maximum of \(quota) subscriptions")
             return
@@ -338,7 +338,7 @@ final class ClientConnection: ChannelInboundHandler {
         }
         let retain = post.flags.contains(.retain)
         if retain, !router.mayRetain(post.payload.readableBytes, name: post.name, uid: credentials.uid) {
-            let quota = router.configuration.access.quotas.retainedBytesPerUID
+            let quota = router.quotas.retainedBytesPerUID
             reject(post.requestID, .quotaExceeded, "retaining this payload would exceed uid \(credentials.uid)'s quota of \(quota) retained bytes")
             return
         }
@@ -360,7 +360,7 @@ final class ClientConnection: ChannelInboundHandler {
             return
         }
         guard router.setState(value, for: name, uid: credentials.uid) else {
-            let quota = router.configuration.access.quotas.stateNamesPerUID
+            let quota = router.quotas.stateNamesPerUID
             reject(requestID, .quotaExceeded, "uid \(credentials.uid) already set the state of the maximum of \(quota) names")
             return
         }
@@ -423,12 +423,15 @@ final class ClientConnection: ChannelInboundHandler {
 
     private func accountAllows(_ size: Int) -> Bool {
         guard let account, !account.isExempt else { return true }
-        return account.outboundBytes + size <= router.configuration.access.quotas.outboundBytesPerUID
+        return account.outboundBytes + size <= router.quotas.outboundBytesPerUID
     }
 
     private func hold(_ frame: ByteBuffer, name: String, sequence: UInt64) -> Bool {
         let (policy, subscriptionID) = strongestPolicy(for: name)
-        if suspendCount == 0, policy == .disconnect {
+        // `disconnect` is for a client that cannot keep up, not for one that is only working through a
+        // backlog it was allowed to build (after a resume, say): then the notification is held like the rest.
+        let isSlow = outbound.pendingBytes + frame.readableBytes > limit || !accountAllows(frame.readableBytes)
+        if suspendCount == 0, policy == .disconnect, isSlow {
             disconnectSlowConsumer(subscriptionID: subscriptionID)
             return false
         }
@@ -439,7 +442,8 @@ final class ClientConnection: ChannelInboundHandler {
                 suspendCount > 0 ? "holding notifications while suspended" : "client reads too slowly, holding notifications",
                 metadata: ["pending": "\(outbound.pendingBytes)"])
         }
-        // While suspended, a `disconnect` subscription is held like a bounded queue: suspension is not slowness.
+        // A `disconnect` subscription that is not being disconnected (suspended, or working through a backlog) is
+        // held like a bounded queue.
         let effective = policy == .disconnect ? DeliveryPolicy.queue(limit: 1_000) : policy
         let outcome = held!.hold(frame, name: name, sequence: sequence, policy: effective, subscriptionID: subscriptionID)
         merged += outcome.merged
@@ -463,7 +467,11 @@ final class ClientConnection: ChannelInboundHandler {
         for (id, subscription) in subscriptions {
             let matches = subscription.pattern.hasWildcards
                 ? subscription.pattern.matches(name) : subscription.pattern.text.utf8.elementsEqual(name.utf8)
-            if matches, best == nil || subscription.policy.strength > best!.policy.strength {
+            // The strongest policy wins; between equals, the lowest subscription id, so the choice is stable.
+            if matches,
+                best == nil || subscription.policy.strength > best!.policy.strength
+                    || (subscription.policy.strength == best!.policy.strength && id < best!.id)
+            {
                 best = (subscription.policy, id)
             }
         }

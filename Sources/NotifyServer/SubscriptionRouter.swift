@@ -59,6 +59,9 @@ final class SubscriptionRouter {
 
     var nameCount: Int { exact.count }
 
+    /// The per-user quotas in force (they change with a configuration reload).
+    var quotas: AccessConfiguration.Quotas { access.configuration.quotas }
+
     /// Replaces the access rules and quotas (configuration reload); existing subscriptions are kept.
     func updateAccess(_ configuration: AccessConfiguration) {
         access = AccessControl(configuration: configuration)
@@ -171,7 +174,7 @@ final class SubscriptionRouter {
         let account = account(for: uid)
         if account.isExempt { return true }
         let replaced = retained[ExactName(name)].map { $0.ownerUID == uid ? $0.payload.readableBytes : 0 } ?? 0
-        return account.retainedBytes - replaced + size <= configuration.access.quotas.retainedBytesPerUID
+        return account.retainedBytes - replaced + size <= quotas.retainedBytesPerUID
     }
 
     private func storeRetained(name: String, payload: ByteBuffer, sender: SenderCredentials, sequence: UInt64) {
@@ -207,7 +210,7 @@ final class SubscriptionRouter {
             return true
         }
         let account = account(for: uid)
-        if !account.isExempt, account.stateNames >= configuration.access.quotas.stateNamesPerUID { return false }
+        if !account.isExempt, account.stateNames >= quotas.stateNamesPerUID { return false }
         account.stateNames += 1
         states[ExactName(name)] = (value, uid)
         return true
@@ -278,11 +281,13 @@ final class SubscriptionRouter {
             heldBytes: clients.reduce(0) { $0 + $1.heldBytes })
     }
 
-    func names(matching pattern: NotificationPattern?) -> [Introspection.Name] {
+    /// Names that `peer` may observe, optionally only those matching `pattern`.
+    func names(matching pattern: NotificationPattern?, visibleTo peer: AccessControl.Peer) -> [Introspection.Name] {
         var all = Set(exact.keys)
         all.formUnion(states.keys)
         all.formUnion(retained.keys)
         return all.filter { pattern?.matches($0.string) ?? true }
+            .filter { name in access.rule(for: name.string).map { access.mayObserve($0, peer) } ?? true }
             .sorted { $0.string.utf8.lexicographicallyPrecedes($1.string.utf8) }
             .map { name in
                 Introspection.Name(
@@ -300,7 +305,7 @@ final class SubscriptionRouter {
     }
 
     /// Answers a `QUERY`.
-    func query(kind: UInt8, argument: String, requesterUID: UInt32) -> Result<ByteBuffer, AccessControl.Denial> {
+    func query(kind: UInt8, argument: String, requester: AccessControl.Peer) -> Result<ByteBuffer, AccessControl.Denial> {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data: Data
@@ -317,14 +322,21 @@ final class SubscriptionRouter {
                         return .failure(AccessControl.Denial(message: error.description))
                     }
                 }
-                data = try encoder.encode(names(matching: pattern))
+                data = try encoder.encode(names(matching: pattern, visibleTo: requester))
             case .clients:
-                data = try encoder.encode(clients(visibleTo: requesterUID))
+                data = try encoder.encode(clients(visibleTo: requester.uid))
             case nil:
                 return .failure(AccessControl.Denial(message: "unknown query kind \(kind) (1 status, 2 names, 3 clients)"))
             }
         } catch {
             return .failure(AccessControl.Denial(message: "cannot encode the answer: \(error)"))
+        }
+        // QUERY_RESULT carries request id and a length before the JSON; the whole frame must fit the limit.
+        let room = Int(configuration.limits.maxFrameLength) - 1 - 4 - 4
+        guard data.count <= room else {
+            return .failure(
+                AccessControl.Denial(
+                    message: "the answer is \(data.count) bytes, more than a frame holds (\(room)); narrow it with a pattern"))
         }
         return .success(ByteBuffer(bytes: data))
     }

@@ -246,7 +246,7 @@ extension ClientFrame: WireFrameDecodable {
             let argument = try body.readWireString(messageType, "argument")
             frame = .query(requestID: requestID, kind: kind, argument: argument)
         case .welcome, .ok, .posted, .pong, .notification, .overflow, .error, .state, .notificationMerged, .retained,
-            .queryResult:
+            .queryResult, .goodbye:
             throw WireDecodingError.unknownMessageType(type)
         }
         try body.ensureFullyRead(messageType)

@@ -22,6 +22,7 @@ public enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
     case notification = 0x85
     case overflow = 0x86
     case state = 0x87
+    case goodbye = 0x88
     case notificationMerged = 0x89
     case retained = 0x8A
     case queryResult = 0x8B
@@ -52,6 +53,7 @@ extension MessageType: CustomStringConvertible {
         case .notification: "NOTIFICATION"
         case .overflow: "OVERFLOW"
         case .state: "STATE"
+        case .goodbye: "GOODBYE"
         case .notificationMerged: "NOTIFICATION_MERGED"
         case .retained: "RETAINED"
         case .queryResult: "QUERY_RESULT"

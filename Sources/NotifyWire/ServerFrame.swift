@@ -26,6 +26,8 @@ public enum ServerFrame: Sendable, Hashable {
     case queryResult(requestID: UInt32, json: ByteBuffer)
     /// A request failed, or (when ``ErrorFrame/closesConnection`` is set) the connection is being closed.
     case error(ErrorFrame)
+    /// The daemon is shutting down: this is the last frame on the connection; reconnect after the given delay.
+    case goodbye(GoodbyeFrame)
 
     /// The fields of `WELCOME`.
     public struct Welcome: Sendable, Hashable {
@@ -67,6 +69,7 @@ public enum ServerFrame: Sendable, Hashable {
         case .notificationMerged: .notificationMerged
         case .retained: .retained
         case .queryResult: .queryResult
+        case .goodbye: .goodbye
         }
     }
 }
@@ -170,6 +173,9 @@ extension ServerFrame: WireFrameEncodable {
                 buffer.writeInteger(error.rawCode)
                 buffer.writeInteger(UInt8(error.closesConnection ? 1 : 0))
                 buffer.writeWireString(error.message)
+            case .goodbye(let goodbye):
+                buffer.writeInteger(goodbye.reconnectAfterMilliseconds)
+                buffer.writeWireString(goodbye.reason)
             }
         }
     }
@@ -280,6 +286,10 @@ extension ServerFrame: WireFrameDecodable {
             let message = try body.readWireString(messageType, "message")
             frame = .error(
                 ErrorFrame(requestID: requestID, rawCode: code, closesConnection: flags & 1 != 0, message: message))
+        case .goodbye:
+            let delay: UInt32 = try body.readWireInteger(messageType, "reconnect_after_ms")
+            let reason = try body.readWireString(messageType, "reason")
+            frame = .goodbye(GoodbyeFrame(reconnectAfterMilliseconds: delay, reason: reason))
         case .hello, .subscribe, .unsubscribe, .post, .ping, .setState, .getState, .suspend, .resume, .query:
             throw WireDecodingError.unknownMessageType(type)
         }

@@ -22,6 +22,7 @@ struct ErrorCodeTests {
         (15, "quota-exceeded", false),
         (16, "shutting-down", true),
         (17, "internal-error", true),
+        (18, "invalid-request", false),
     ]
 
     @Test("codes, wire names and fatality match the specification")
@@ -33,7 +34,7 @@ struct ErrorCodeTests {
             #expect(code.isFatal == entry.fatal, "\(entry.name)")
         }
         #expect(ErrorCode(rawValue: 0) == nil)
-        #expect(ErrorCode(rawValue: 18) == nil)
+        #expect(ErrorCode(rawValue: 19) == nil)
         #expect(Set(ErrorCode.allCases.map(\.description)).count == ErrorCode.allCases.count)
     }
 

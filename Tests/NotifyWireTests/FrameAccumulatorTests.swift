@@ -8,12 +8,22 @@ struct FrameAccumulatorTests {
     static let clientFrames: [ClientFrame] = {
         var frames: [ClientFrame] = [
             .hello(.init(clientName: "stream-test")),
-            .subscribe(requestID: 1, subscriptionID: 0, name: "org.example.a"),
-            .subscribe(requestID: 2, subscriptionID: .max, name: "de.beispiel.größe"),
+            .subscribe(.init(requestID: 1, subscriptionID: 0, pattern: "org.example.a")),
+            .subscribe(
+                .init(
+                    requestID: 2, subscriptionID: .max, flags: .sendRetained, policy: .queue(limit: .max),
+                    pattern: "de.beispiel.größe")),
+            .subscribe(.init(requestID: 7, subscriptionID: 3, policy: .disconnect, pattern: "org.*.>")),
             .post(.init(requestID: 3, flags: .ackWanted, name: "org.example.a", payload: ByteBuffer(string: "x"))),
             .post(.init(requestID: 4, name: "org.example.a", payload: ByteBuffer())),
             .ping(requestID: 5),
             .unsubscribe(requestID: 6, subscriptionID: 0),
+            .setState(requestID: 8, name: "org.example.a", value: .max),
+            .getState(requestID: 9, name: "org.example.a"),
+            .suspend(requestID: 10),
+            .resume(requestID: 11),
+            .query(requestID: 12, kind: QueryKind.names.rawValue, argument: "org.>"),
+            .post(.init(requestID: 13, flags: [.ackWanted, .retain], name: "org.example.a", payload: ByteBuffer(string: "r"))),
             .hello(.init(version: 9, flags: 0xFFFF_FFFF, clientName: "")),
         ]
         for index in 0..<5 {
@@ -34,8 +44,20 @@ struct FrameAccumulatorTests {
                 sequence: 1, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "a.b",
                 payload: ByteBuffer(bytes: Array(repeating: 0xAB, count: 3_000)))),
         .posted(requestID: 3, sequence: .max, deliveredCount: .max),
-        .overflow(droppedCount: 1),
+        .overflow(subscriptionID: 9, droppedCount: 1),
         .pong(requestID: 5),
+        .state(requestID: 6, value: 7),
+        .state(requestID: 7, value: nil),
+        .notificationMerged(
+            mergedCount: 3,
+            NotificationFrame(
+                sequence: 2, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "a.b",
+                payload: ByteBuffer(bytes: Array(repeating: 0xCD, count: 2_000)))),
+        .retained(
+            requestID: 8,
+            NotificationFrame(sequence: 1, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "a.c", payload: ByteBuffer())),
+        .queryResult(requestID: 9, json: ByteBuffer(string: #"{"connections":1}"#)),
+        .overflow(subscriptionID: 0, droppedCount: 4),
         .error(ErrorFrame(requestID: 0, code: .internalError, message: "bye")),
     ]
 
@@ -83,7 +105,7 @@ struct FrameAccumulatorTests {
     @Test("every split point of a two-frame stream")
     func everySplitPoint() {
         let frames: [ClientFrame] = [
-            .subscribe(requestID: 1, subscriptionID: 2, name: "org.example.x"),
+            .subscribe(.init(requestID: 1, subscriptionID: 2, pattern: "org.example.x")),
             .post(.init(requestID: 3, flags: .ackWanted, name: "org.example.x", payload: ByteBuffer(string: "hi"))),
         ]
         let stream = frames.flatMap(\.encodedBytes)

@@ -9,13 +9,28 @@ struct FrameDecodingTests {
         .hello(.init(clientName: "notifyctl")),
         .hello(.init(version: .max, flags: .max, clientName: "")),
         .hello(.init(clientName: "nul\u{0}inside")),
-        .subscribe(requestID: 0, subscriptionID: 0, name: ""),
-        .subscribe(requestID: .max, subscriptionID: .max, name: "日本.東京"),
+        .subscribe(.init(requestID: 0, subscriptionID: 0, pattern: "")),
+        .subscribe(
+            .init(
+                requestID: .max, subscriptionID: .max, flags: .sendRetained, policy: .queue(limit: .max),
+                pattern: "日本.東京")),
+        .subscribe(.init(requestID: 3, subscriptionID: 4, policy: .disconnect, pattern: ">")),
+        // Fields the daemon rejects as a request (invalid-request, unsupported-flags) still decode.
+        .subscribe(.init(requestID: 5, subscriptionID: 6, flags: SubscribeFlags(rawValue: 0xFF), policyCode: 0xFF, queueLimit: 1, pattern: "x")),
         .unsubscribe(requestID: 1, subscriptionID: .max),
         .post(.init(requestID: 1, flags: [], name: "x", payload: ByteBuffer())),
         .post(.init(requestID: 2, flags: PostFlags(rawValue: 0xFF), name: "x", payload: ByteBuffer(bytes: [0, 0xFF]))),
         .ping(requestID: 0),
         .ping(requestID: .max),
+        .setState(requestID: 1, name: "a.b", value: 0),
+        .setState(requestID: .max, name: "", value: .max),
+        .getState(requestID: 2, name: "a.b"),
+        .getState(requestID: 0, name: ""),
+        .suspend(requestID: 0),
+        .suspend(requestID: .max),
+        .resume(requestID: 1),
+        .query(requestID: 3, kind: QueryKind.status.rawValue, argument: ""),
+        .query(requestID: 4, kind: 0xFF, argument: "org.*.x"),
     ]
 
     static let serverFrames: [ServerFrame] = [
@@ -31,7 +46,19 @@ struct FrameDecodingTests {
         .notification(
             .init(
                 sequence: 1, sender: SenderCredentials(pid: 0, uid: 0, gid: 0), name: "", payload: ByteBuffer())),
-        .overflow(droppedCount: .max),
+        .overflow(subscriptionID: .max, droppedCount: .max),
+        .overflow(subscriptionID: 0, droppedCount: 1),
+        .state(requestID: 1, value: 0),
+        .state(requestID: .max, value: .max),
+        .state(requestID: 2, value: nil),
+        .notificationMerged(
+            mergedCount: .max,
+            .init(sequence: .max, sender: SenderCredentials(pid: 1, uid: 2, gid: 3), name: "a", payload: ByteBuffer(bytes: [1]))),
+        .retained(
+            requestID: .max,
+            .init(sequence: 1, sender: SenderCredentials(pid: 0, uid: 0, gid: 0), name: "", payload: ByteBuffer())),
+        .queryResult(requestID: 0, json: ByteBuffer()),
+        .queryResult(requestID: 7, json: ByteBuffer(string: "[]")),
         .error(ErrorFrame(requestID: 0, rawCode: 0, closesConnection: true, message: "")),
         .error(ErrorFrame(requestID: 5, code: .payloadTooLarge, message: "ünïcödé")),
     ]
@@ -64,12 +91,17 @@ struct FrameDecodingTests {
     func frameSizes() {
         // Total bytes on the wire, from PROTOCOL.md § 6 and § 7 (n = string bytes, p = payload bytes).
         #expect(ClientFrame.hello(.init(clientName: "abc")).encodedBytes.count == 13 + 3)
-        #expect(ClientFrame.subscribe(requestID: 1, subscriptionID: 1, name: "abc").encodedBytes.count == 15 + 3)
+        #expect(ClientFrame.subscribe(.init(requestID: 1, subscriptionID: 1, pattern: "abc")).encodedBytes.count == 21 + 3)
         #expect(ClientFrame.unsubscribe(requestID: 1, subscriptionID: 1).encodedBytes.count == 13)
         #expect(
             ClientFrame.post(.init(requestID: 1, name: "abc", payload: ByteBuffer(string: "12345"))).encodedBytes.count
                 == 16 + 3 + 5)
         #expect(ClientFrame.ping(requestID: 1).encodedBytes.count == 9)
+        #expect(ClientFrame.setState(requestID: 1, name: "abc", value: 1).encodedBytes.count == 19 + 3)
+        #expect(ClientFrame.getState(requestID: 1, name: "abc").encodedBytes.count == 11 + 3)
+        #expect(ClientFrame.suspend(requestID: 1).encodedBytes.count == 9)
+        #expect(ClientFrame.resume(requestID: 1).encodedBytes.count == 9)
+        #expect(ClientFrame.query(requestID: 1, kind: 2, argument: "abc").encodedBytes.count == 12 + 3)
         #expect(
             ServerFrame.welcome(
                 .init(daemonPID: 1, instanceID: InstanceID(high: 0, low: 0), limits: .default, serverName: "abc")
@@ -77,7 +109,15 @@ struct FrameDecodingTests {
         #expect(ServerFrame.ok(requestID: 1).encodedBytes.count == 9)
         #expect(ServerFrame.posted(requestID: 1, sequence: 1, deliveredCount: 1).encodedBytes.count == 21)
         #expect(ServerFrame.pong(requestID: 1).encodedBytes.count == 9)
-        #expect(ServerFrame.overflow(droppedCount: 1).encodedBytes.count == 13)
+        #expect(ServerFrame.overflow(subscriptionID: 1, droppedCount: 1).encodedBytes.count == 17)
+        #expect(ServerFrame.state(requestID: 1, value: 1).encodedBytes.count == 18)
+        #expect(ServerFrame.state(requestID: 1, value: nil).encodedBytes.count == 18)
+        let fields = NotificationFrame(
+            sequence: 1, sender: SenderCredentials(pid: 1, uid: 1, gid: 1), name: "abc", payload: ByteBuffer(string: "12345"))
+        #expect(ServerFrame.notification(fields).encodedBytes.count == 31 + 3 + 5)
+        #expect(ServerFrame.notificationMerged(mergedCount: 1, fields).encodedBytes.count == 39 + 3 + 5)
+        #expect(ServerFrame.retained(requestID: 1, fields).encodedBytes.count == 35 + 3 + 5)
+        #expect(ServerFrame.queryResult(requestID: 1, json: ByteBuffer(string: "12345")).encodedBytes.count == 13 + 5)
         #expect(ServerFrame.error(ErrorFrame(requestID: 1, code: .invalidName, message: "abc")).encodedBytes.count == 14 + 3)
     }
 
@@ -132,11 +172,11 @@ struct FrameDecodingTests {
             let client = decodeOne(bytes, as: ClientFrame.self).error
             let server = decodeOne(bytes, as: ServerFrame.self).error
             switch type {
-            case 0x01...0x05:
+            case 0x01...0x0A:
                 // A client type: the daemon reads its (missing) first field; a client refuses the type.
                 #expect(client?.code == .malformedFrame, "0x\(String(type, radix: 16))")
                 #expect(server == .unknownMessageType(type))
-            case 0x81...0x86, 0x8F:
+            case 0x81...0x8B, 0x8F:
                 #expect(client == .unknownMessageType(type))
                 #expect(server?.code == .malformedFrame, "0x\(String(type, radix: 16))")
             default:
@@ -212,11 +252,33 @@ struct FrameDecodingTests {
         #expect(
             decodeOne(lengthPrefix(hello.count) + hello, as: ClientFrame.self).error
                 == .invalidUTF8(message: .hello, field: "client_name"))
-        // SUBSCRIBE name
-        let subscribe: [UInt8] = [0x02, 0, 0, 0, 1, 0, 0, 0, 1] + string(bad)
+        // SUBSCRIBE pattern
+        let subscribe: [UInt8] = [0x02, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0] + string(bad)
         #expect(
             decodeOne(lengthPrefix(subscribe.count) + subscribe, as: ClientFrame.self).error
-                == .invalidUTF8(message: .subscribe, field: "name"))
+                == .invalidUTF8(message: .subscribe, field: "pattern"))
+        // SET_STATE and GET_STATE name, QUERY argument
+        let setState: [UInt8] = [0x06, 0, 0, 0, 1] + Array(repeating: 0, count: 8) + string(bad)
+        #expect(
+            decodeOne(lengthPrefix(setState.count) + setState, as: ClientFrame.self).error
+                == .invalidUTF8(message: .setState, field: "name"))
+        let getState: [UInt8] = [0x07, 0, 0, 0, 1] + string(bad)
+        #expect(
+            decodeOne(lengthPrefix(getState.count) + getState, as: ClientFrame.self).error
+                == .invalidUTF8(message: .getState, field: "name"))
+        let query: [UInt8] = [0x0A, 0, 0, 0, 1, 2] + string(bad)
+        #expect(
+            decodeOne(lengthPrefix(query.count) + query, as: ClientFrame.self).error
+                == .invalidUTF8(message: .query, field: "argument"))
+        // RETAINED and NOTIFICATION_MERGED name
+        let retained: [UInt8] = [0x8A] + Array(repeating: 0, count: 24) + string(bad) + [0, 0, 0, 0]
+        #expect(
+            decodeOne(lengthPrefix(retained.count) + retained, as: ServerFrame.self).error
+                == .invalidUTF8(message: .retained, field: "name"))
+        let merged: [UInt8] = [0x89] + Array(repeating: 0, count: 28) + string(bad) + [0, 0, 0, 0]
+        #expect(
+            decodeOne(lengthPrefix(merged.count) + merged, as: ServerFrame.self).error
+                == .invalidUTF8(message: .notificationMerged, field: "name"))
         // POST name
         let post: [UInt8] = [0x04, 0, 0, 0, 1, 0] + string(bad) + [0, 0, 0, 0]
         #expect(

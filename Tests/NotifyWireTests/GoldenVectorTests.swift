@@ -35,17 +35,34 @@ enum ExpectedFrame: Sendable {
 enum GoldenVectors {
     static let batteryLow = "org.example.battery.low"
     static let levelPayload = ByteBuffer(string: #"{"level":17}"#)
+    static let batteryLevel = "org.example.battery.level"
+    /// The JSON carried by `query-result.hex`: the answer to a `names` query (PROTOCOL.md § 11.3).
+    static let namesJSON = #"[{"has_retained":true,"name":"org.example.battery.low","subscribers":1}]"#
 
     static let valid: [String: ExpectedFrame] = [
         "hello.hex": .client(.hello(.init(version: 1, flags: 0, clientName: "notifyctl"))),
-        "subscribe.hex": .client(.subscribe(requestID: 1, subscriptionID: 7, name: batteryLow)),
-        "subscribe-unicode-name.hex": .client(.subscribe(requestID: 2, subscriptionID: 8, name: "de.beispiel.größe")),
+        "subscribe.hex": .client(
+            .subscribe(.init(requestID: 1, subscriptionID: 7, flags: [], policy: .coalesce, pattern: batteryLow))),
+        "subscribe-unicode-name.hex": .client(
+            .subscribe(.init(requestID: 2, subscriptionID: 8, pattern: "de.beispiel.größe"))),
+        "subscribe-pattern-queue.hex": .client(
+            .subscribe(
+                .init(
+                    requestID: 4, subscriptionID: 9, flags: .sendRetained, policy: .queue(limit: 100),
+                    pattern: "org.example.>"))),
         "unsubscribe.hex": .client(.unsubscribe(requestID: 3, subscriptionID: 8)),
         "post.hex": .client(
             .post(.init(requestID: 5, flags: [], name: "org.example.session.locked", payload: ByteBuffer()))),
         "post-ack.hex": .client(
             .post(.init(requestID: 2, flags: .ackWanted, name: batteryLow, payload: levelPayload))),
+        "post-retain.hex": .client(
+            .post(.init(requestID: 10, flags: .retain, name: batteryLow, payload: levelPayload))),
         "ping.hex": .client(.ping(requestID: 9)),
+        "set-state.hex": .client(.setState(requestID: 11, name: batteryLevel, value: 4_294_967_338)),
+        "get-state.hex": .client(.getState(requestID: 12, name: batteryLevel)),
+        "suspend.hex": .client(.suspend(requestID: 14)),
+        "resume.hex": .client(.resume(requestID: 15)),
+        "query.hex": .client(.query(requestID: 16, kind: QueryKind.names.rawValue, argument: "org.example.>")),
         "welcome.hex": .server(
             .welcome(
                 .init(
@@ -63,25 +80,48 @@ enum GoldenVectors {
                 NotificationFrame(
                     sequence: 42, sender: SenderCredentials(pid: 1234, uid: 1000, gid: 100), name: batteryLow,
                     payload: levelPayload))),
-        "overflow.hex": .server(.overflow(droppedCount: 300)),
+        "notification-merged.hex": .server(
+            .notificationMerged(
+                mergedCount: 5,
+                NotificationFrame(
+                    sequence: 47, sender: SenderCredentials(pid: 1234, uid: 1000, gid: 100), name: batteryLow,
+                    payload: levelPayload))),
+        "retained.hex": .server(
+            .retained(
+                requestID: 4,
+                NotificationFrame(
+                    sequence: 42, sender: SenderCredentials(pid: 1234, uid: 1000, gid: 100), name: batteryLow,
+                    payload: levelPayload))),
+        "overflow.hex": .server(.overflow(subscriptionID: 9, droppedCount: 300)),
+        "overflow-connection.hex": .server(.overflow(subscriptionID: 0, droppedCount: 2)),
+        "state.hex": .server(.state(requestID: 12, value: 4_294_967_338)),
+        "state-unset.hex": .server(.state(requestID: 13, value: nil)),
+        "query-result.hex": .server(.queryResult(requestID: 16, json: ByteBuffer(string: namesJSON))),
+        "goodbye.hex": .server(.goodbye(GoodbyeFrame(reconnectAfterMilliseconds: 1_000, reason: "notifyd is shutting down"))),
         "error.hex": .server(.error(ErrorFrame(requestID: 6, code: .invalidName, message: "invalid name 'a..b'"))),
         "error-fatal.hex": .server(
             .error(ErrorFrame(requestID: 0, code: .handshakeRequired, message: "first frame must be HELLO"))),
         "error-unknown-code.hex": .server(
             .error(ErrorFrame(requestID: 11, rawCode: 200, closesConnection: false, message: ""))),
+        "error-permission-denied.hex": .server(
+            .error(
+                ErrorFrame(
+                    requestID: 17, code: .permissionDenied,
+                    message: "permission denied: only uid 1000 and root may post names under 'user.1000.' "
+                        + "(built-in rule); you are uid 1001"))),
     ]
 
     /// Every invalid vector and the exact decoding error it must produce.
     static let invalid: [String: WireDecodingError] = [
         "invalid-zero-length.hex": .emptyFrame,
         "invalid-oversized-length.hex": .frameTooLarge(length: 131_073, limit: 131_072),
-        "invalid-unknown-type.hex": .unknownMessageType(0x07),
+        "invalid-unknown-type.hex": .unknownMessageType(0x7F),
         "invalid-server-type-from-client.hex": .unknownMessageType(0x84),
         "invalid-client-type-from-daemon.hex": .unknownMessageType(0x05),
-        "invalid-truncated-field.hex": .truncatedField(message: .subscribe, field: "name"),
+        "invalid-truncated-field.hex": .truncatedField(message: .subscribe, field: "pattern"),
         "invalid-truncated-integer.hex": .truncatedField(message: .ping, field: "request_id"),
         "invalid-trailing-bytes.hex": .trailingBytes(message: .ping, count: 1),
-        "invalid-utf8.hex": .invalidUTF8(message: .subscribe, field: "name"),
+        "invalid-utf8.hex": .invalidUTF8(message: .subscribe, field: "pattern"),
         "invalid-utf8-overlong.hex": .invalidUTF8(message: .post, field: "name"),
         "invalid-utf8-surrogate.hex": .invalidUTF8(message: .hello, field: "client_name"),
         "invalid-truncated-frame.hex": .truncatedFrame(bufferedBytes: 10),
@@ -221,7 +261,7 @@ struct GoldenVectorTests {
         let spec = try String(
             contentsOf: VectorFile.directory.deletingLastPathComponent().appendingPathComponent("PROTOCOL.md"),
             encoding: .utf8)
-        let session = try #require(spec.range(of: "## 12 Example session")).upperBound
+        let session = try #require(spec.range(of: "## 13 Example session")).upperBound
         let specBytes = hexBytesInCodeBlocks(String(spec[session...]))
         for name in ["hello.hex", "welcome.hex", "subscribe.hex", "ok.hex", "post-ack.hex", "posted.hex",
                      "notification.hex"] {

@@ -1,3 +1,4 @@
+import NIOCore
 import NotifyWire
 import Testing
 
@@ -18,9 +19,13 @@ struct ProtocolConstantsTests {
         let expected: [(MessageType, UInt8, String, Bool)] = [
             (.hello, 0x01, "HELLO", true), (.subscribe, 0x02, "SUBSCRIBE", true),
             (.unsubscribe, 0x03, "UNSUBSCRIBE", true), (.post, 0x04, "POST", true), (.ping, 0x05, "PING", true),
+            (.setState, 0x06, "SET_STATE", true), (.getState, 0x07, "GET_STATE", true),
+            (.suspend, 0x08, "SUSPEND", true), (.resume, 0x09, "RESUME", true), (.query, 0x0A, "QUERY", true),
             (.welcome, 0x81, "WELCOME", false), (.ok, 0x82, "OK", false), (.posted, 0x83, "POSTED", false),
             (.pong, 0x84, "PONG", false), (.notification, 0x85, "NOTIFICATION", false),
-            (.overflow, 0x86, "OVERFLOW", false), (.error, 0x8F, "ERROR", false),
+            (.overflow, 0x86, "OVERFLOW", false), (.state, 0x87, "STATE", false), (.goodbye, 0x88, "GOODBYE", false),
+            (.notificationMerged, 0x89, "NOTIFICATION_MERGED", false), (.retained, 0x8A, "RETAINED", false),
+            (.queryResult, 0x8B, "QUERY_RESULT", false), (.error, 0x8F, "ERROR", false),
         ]
         #expect(MessageType.allCases.count == expected.count)
         for (type, raw, name, clientToDaemon) in expected {
@@ -29,7 +34,14 @@ struct ProtocolConstantsTests {
             #expect(type.isClientToDaemon == clientToDaemon)
         }
         #expect(PostFlags.ackWanted.rawValue == 0x01)
-        #expect(PostFlags.known.rawValue == 0x01)
+        #expect(PostFlags.retain.rawValue == 0x02)
+        #expect(PostFlags.known.rawValue == 0x03)
+        #expect(SubscribeFlags.sendRetained.rawValue == 0x01)
+        #expect(SubscribeFlags.known.rawValue == 0x01)
+        #expect(QueryKind.status.rawValue == 1)
+        #expect(QueryKind.names.rawValue == 2)
+        #expect(QueryKind.clients.rawValue == 3)
+        #expect(QueryKind.allCases.count == 3)
     }
 
     @Test("default limits, and they are consistent")
@@ -39,7 +51,7 @@ struct ProtocolConstantsTests {
         #expect(limits.maxPayloadLength == 65_536)
         #expect(limits.maxFrameLength == 131_072)
         #expect(limits.maxSubscriptions == 65_536)
-        // PROTOCOL.md § 11: every accepted post's NOTIFICATION fits in a frame.
+        // PROTOCOL.md § 11.1: every accepted post's NOTIFICATION fits in a frame.
         #expect(
             Int(limits.maxFrameLength) + 4
                 >= NotificationFrame.encodedLength(
@@ -52,6 +64,27 @@ struct ProtocolConstantsTests {
         #expect(
             NotificationFrame.encodedLength(nameByteCount: 255, payloadByteCount: 65_536) - 4
                 <= Int(ProtocolConstants.minimumMaxFrameLength))
+        // PROTOCOL.md § 11.1: RETAINED is 4 and NOTIFICATION_MERGED 8 bytes longer than the NOTIFICATION; with
+        // the defaults they still fit (65,822 and 65,826).
+        let fields = NotificationFrame(
+            sequence: 1, sender: SenderCredentials(pid: 1, uid: 1, gid: 1), name: String(repeating: "n", count: 255),
+            payload: ByteBuffer(bytes: Array(repeating: 0, count: 65_536)))
+        #expect(ServerFrame.retained(requestID: 1, fields).encodedBytes.count - 4 == 65_822)
+        #expect(ServerFrame.notificationMerged(mergedCount: 1, fields).encodedBytes.count - 4 == 65_826)
+        #expect(65_826 <= Int(ProtocolConstants.minimumMaxFrameLength))
+    }
+
+    @Test("limits that cannot carry the largest RETAINED or NOTIFICATION_MERGED are inconsistent")
+    func limitsCoverLongerFrames() {
+        // Exactly enough for the largest NOTIFICATION (27 + name + payload), 8 bytes short for its
+        // NOTIFICATION_MERGED (35 + name + payload) and 4 for a RETAINED (31 + name + payload).
+        let limits = ServerLimits(
+            maxNameLength: 255, maxPayloadLength: 131_072 - 27 - 255, maxFrameLength: 131_072, maxSubscriptions: 1)
+        #expect(!limits.inconsistencies.isEmpty)
+        // And exactly enough for the largest NOTIFICATION_MERGED is consistent.
+        let enough = ServerLimits(
+            maxNameLength: 255, maxPayloadLength: 131_072 - 35 - 255, maxFrameLength: 131_072, maxSubscriptions: 1)
+        #expect(enough.inconsistencies.isEmpty)
     }
 
     @Test("instance id text form and randomness")
