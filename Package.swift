@@ -15,6 +15,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+        // Benchmarks only (Benchmarks/SwiftClient): latency percentiles.
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
     ],
     targets: [
         // The wire protocol: frames, names, limits, error codes. No I/O.
@@ -48,6 +50,7 @@ let package = Package(
             name: "notifyd",
             dependencies: [
                 "NotifyServer", "NotifySystemd", "NotifyWire",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -84,6 +87,18 @@ let package = Package(
             name: "hello-observer",
             dependencies: ["Notify"],
             path: "Examples/HelloObserver"
+        ),
+        // Benchmarks (Benchmarks/BENCHMARKS.md): the Swift client of `make bench`, and allocation counts of the hot paths.
+        .target(name: "CBenchSupport", path: "Benchmarks/SwiftClient/CBenchSupport"),
+        .executableTarget(
+            name: "notify-bench",
+            dependencies: ["Notify", "CBenchSupport", .product(name: "Histogram", package: "hdrhistogram-swift")],
+            path: "Benchmarks/SwiftClient/notify-bench"
+        ),
+        .executableTarget(
+            name: "notify-alloc-bench",
+            dependencies: ["NotifyWire", "CBenchSupport", .product(name: "NIOCore", package: "swift-nio")],
+            path: "Benchmarks/SwiftClient/notify-alloc-bench"
         ),
         .testTarget(
             name: "NotifyWireTests",

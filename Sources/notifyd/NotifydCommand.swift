@@ -18,7 +18,12 @@ struct NotifydCommand: AsyncParsableCommand {
         discussion: """
             Listens on a Unix socket; programs post notifications by name and every subscriber of that name \
             receives them. Socket: --socket, else $NOTIFYD_SOCKET, else /run/notifyd/notifyd.sock for root and \
-            $XDG_RUNTIME_DIR/notifyd/notifyd.sock for other users. Stops cleanly on SIGTERM or SIGINT.
+            $XDG_RUNTIME_DIR/notifyd/notifyd.sock for other users. Stops cleanly on SIGTERM or SIGINT: queued \
+            notifications are written, then clients are told to reconnect later.
+
+            Under systemd: serves the socket passed by a .socket unit (LISTEN_FDS) instead of binding, and never \
+            removes it; reports READY=1, STATUS=, STOPPING=1 and watchdog pings (WatchdogSec=) through \
+            NOTIFY_SOCKET; logs to the journal when its standard error is connected to it (JOURNAL_STREAM).
             """,
         version: NotifyServer.version
     )
@@ -40,6 +45,20 @@ struct NotifydCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level = .info
 
+    @Option(
+        name: .long,
+        help: "Where to log: stderr, journal (structured entries), or auto (the journal when standard error is connected to it).")
+    var log: LogDestination = .auto
+
+    @Option(name: .long, help: ArgumentHelp("Seconds between STATUS= updates to the service manager.", visibility: .hidden))
+    var statusInterval: Double = 5
+
+    @Option(name: .long, help: ArgumentHelp("Test only: block the event loop this many seconds after READY=1.", visibility: .private))
+    var testStallEventLoopAfter: Double?
+
+    @Option(name: .long, help: ArgumentHelp("Test only: how long the event loop stays blocked.", visibility: .private))
+    var testStallEventLoopSeconds: Double = 5
+
     func validate() throws {
         if let socketMode, UInt32(socketMode, radix: 8) == nil || UInt32(socketMode, radix: 8)! > 0o777 {
             throw ValidationError("--socket-mode must be octal permission bits such as 600 or 666, got '\(socketMode)'")
@@ -50,35 +69,49 @@ struct NotifydCommand: AsyncParsableCommand {
         guard outboundLimit >= 64 * 1024 else {
             throw ValidationError("--outbound-limit must be at least 65536 bytes")
         }
+        guard statusInterval >= 0.05 else {
+            throw ValidationError("--status-interval must be at least 0.05 seconds")
+        }
     }
 
     func run() async throws {
-        let level = logLevel
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        let environment = ProcessEnvironment.current
+        let limiter = LogRateLimiter()
+        log.resolved(environment: environment).bootstrap(level: logLevel, limiter: limiter)
         let logger = Logger(label: "notifyd")
 
         let uid = getuid()
-        let environment = ProcessEnvironment.current
         let path = socket ?? SocketLocation.defaultPath(uid: uid, environment: environment)
         let mode = socketMode.flatMap { UInt32($0, radix: 8) } ?? (uid == 0 ? 0o666 : 0o600)
+        let listenAddress: ListenAddress
+        let watchdog: ServiceWatchdog?
+        do throws(SystemdError) {
+            listenAddress = try Self.listenAddress(defaultPath: path, explicitPath: socket, logger: logger)
+            watchdog = try ServiceWatchdog.fromEnvironment()
+        } catch {
+            logger.critical("\(error.description)")
+            throw ExitCode(1)
+        }
 
         var limits = ServerLimits.default
         limits.maxPayloadLength = maxPayload
         limits.maxFrameLength = max(limits.maxFrameLength, maxPayload + 1_024)
         let configuration = ServerConfiguration(
-            listenAddress: .path(path), socketMode: mode, limits: limits, outboundByteLimit: outboundLimit)
+            listenAddress: listenAddress, socketMode: mode, limits: limits, outboundByteLimit: outboundLimit)
 
-        let notifier = ServiceManagerNotifier()
-        let server = NotifyServer(configuration: configuration, logger: logger) { _ in
-            _ = try? notifier.ready(status: "serving")
+        let (listening, listeningContinuation) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let server = NotifyServer(configuration: configuration, logger: logger) { address in
+            listeningContinuation.yield(address)
+            listeningContinuation.finish()
         }
+        let integration = ServiceManagerIntegration(
+            server: server, listening: listening, notifier: ServiceManagerNotifier(), watchdog: watchdog,
+            statusInterval: .milliseconds(Int64(statusInterval * 1_000)), limiter: limiter, logger: logger,
+            stallHook: testStallEventLoopAfter.map { EventLoopStallHook(after: $0, duration: testStallEventLoopSeconds) })
+        // Graceful shutdown runs in reverse order: the integration says STOPPING=1 first, then the server drains.
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: [.init(service: server)],
+                services: [.init(service: server), .init(service: integration)],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         do {
@@ -87,7 +120,26 @@ struct NotifydCommand: AsyncParsableCommand {
             logger.critical("\(error.description)")
             throw ExitCode(1)
         }
-        _ = try? notifier.stopping()
+    }
+
+    /// The socket passed by the service manager (socket activation), else `defaultPath` to bind.
+    private static func listenAddress(defaultPath: String, explicitPath: String?, logger: Logger) throws(SystemdError)
+        -> ListenAddress
+    {
+        let inherited = try SocketActivation.takeInheritedSockets()
+        guard let chosen = try SocketActivation.choose(from: inherited, preferredName: "notifyd") else {
+            return .path(defaultPath)
+        }
+        for other in inherited where other != chosen {
+            logger.warning("ignoring an extra socket passed by the service manager", metadata: ["socket": "\(other)"])
+        }
+        if let explicitPath, explicitPath != chosen.path {
+            logger.notice(
+                "serving the socket passed by the service manager instead of --socket",
+                metadata: ["socket": "\(chosen)", "ignored": "\(explicitPath)"])
+        }
+        logger.info("socket-activated", metadata: ["socket": "\(chosen)"])
+        return .inheritedDescriptor(chosen.descriptor, path: chosen.path)
     }
 }
 

@@ -1,0 +1,34 @@
+import CSystemd
+
+/// The service manager's watchdog (`WatchdogSec=` in the unit; `WATCHDOG_USEC` and `WATCHDOG_PID` in the
+/// environment, read with `sd_watchdog_enabled(3)`).
+///
+/// When it is enabled, the service must send `WATCHDOG=1` (``ServiceManagerNotifier/watchdogPing()``) more
+/// often than ``timeout``; otherwise the manager considers it hung and restarts it. Send the pings from the
+/// work loop that must stay responsive (notifyd schedules them on its event loop), so that a stuck loop stops
+/// them.
+public struct ServiceWatchdog: Sendable, Hashable {
+    /// The time after which the service manager gives up on a silent service.
+    public var timeout: Duration
+
+    /// Creates a watchdog description with the given timeout.
+    public init(timeout: Duration) {
+        self.timeout = timeout
+    }
+
+    /// How often to ping: half the timeout, as `sd_watchdog_enabled(3)` recommends.
+    public var pingInterval: Duration { timeout / 2 }
+
+    /// The watchdog the service manager asked this process to serve.
+    ///
+    /// - Returns: `nil` when no watchdog is enabled for this process (`WATCHDOG_USEC` unset or 0, or
+    ///   `WATCHDOG_PID` names another process).
+    /// - Throws: ``SystemdError/watchdogConfigurationInvalid(errno:)`` when the variables are malformed.
+    public static func fromEnvironment() throws(SystemdError) -> ServiceWatchdog? {
+        var microseconds: UInt64 = 0
+        let result = sd_watchdog_enabled(0, &microseconds)
+        if result < 0 { throw SystemdError.watchdogConfigurationInvalid(errno: -result) }
+        guard result > 0, microseconds > 0 else { return nil }
+        return ServiceWatchdog(timeout: .microseconds(Int64(clamping: microseconds)))
+    }
+}

@@ -1,0 +1,36 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Failures of libsystemd calls.
+public enum SystemdError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// `sd_notify` failed with this errno (the service manager's socket could not be reached).
+    case notifyFailed(errno: Int32)
+    /// `sd_listen_fds_with_names` failed with this errno (malformed `LISTEN_FDS`/`LISTEN_PID` environment).
+    case listenDescriptorsUnavailable(errno: Int32)
+    /// The service manager passed sockets, but none of them is a listening Unix stream socket.
+    case noUsableListenSocket(passed: Int)
+    /// `sd_watchdog_enabled` failed with this errno (malformed `WATCHDOG_USEC`/`WATCHDOG_PID`).
+    case watchdogConfigurationInvalid(errno: Int32)
+
+    public var description: String {
+        switch self {
+        case .notifyFailed(let code):
+            "cannot notify the service manager (sd_notify): \(SystemdError.describe(errno: code))"
+        case .listenDescriptorsUnavailable(let code):
+            "cannot take the sockets passed by the service manager (LISTEN_FDS): \(SystemdError.describe(errno: code))"
+        case .noUsableListenSocket(let passed):
+            "the service manager passed \(passed) file descriptor(s), but none is a listening Unix stream socket; "
+                + "check ListenStream= in the .socket unit"
+        case .watchdogConfigurationInvalid(let code):
+            "invalid watchdog settings (WATCHDOG_USEC/WATCHDOG_PID): \(SystemdError.describe(errno: code))"
+        }
+    }
+
+    static func describe(errno code: Int32) -> String {
+        guard let text = strerror(code) else { return "errno \(code)" }
+        return String(cString: text)
+    }
+}
