@@ -44,7 +44,10 @@ let package = Package(
         ),
         .target(
             name: "NotifySystemd",
-            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "CSystemd", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
         ),
         .executableTarget(
             name: "notifyd",
@@ -130,6 +133,7 @@ let package = Package(
             dependencies: [
                 "Notify", "NotifyWire", "notifyd", "notifyctl", "notify-test-peer",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
     ],

@@ -4,7 +4,6 @@ import Glibc
 import Musl
 #endif
 import Foundation
-import Synchronization
 
 /// A child process whose standard output and error are collected line by line as they arrive.
 ///
@@ -71,7 +70,7 @@ final class ChildProcess: Sendable, CustomStringConvertible {
 
     /// Shared between the reader threads, the termination handler and the test.
     final class Box: Sendable {
-        let state = Mutex(State())
+        let state = Locked(State())
     }
 
     /// The command line, for messages.

@@ -4,7 +4,6 @@ import Glibc
 import Musl
 #endif
 import Foundation
-import Synchronization
 import Testing
 
 /// One test's world: a short temporary directory (for the socket) and every process the test started.
@@ -14,7 +13,7 @@ import Testing
 final class IntegrationScope: Sendable {
     /// `/tmp/nit-XXXXXX`: short, because Unix socket paths must fit in 108 bytes.
     let directory: String
-    private let children = Mutex<[ChildProcess]>([])
+    private let children = Locked<[ChildProcess]>([])
 
     /// The default socket path in this scope's directory.
     var socketPath: String { directory + "/s.sock" }
