@@ -75,7 +75,7 @@ struct AccessControl {
         switch permission {
         case .all: "everyone"
         case .none: "only root"
-        case .owner: "only uid \(rule.ownerUID) and root"
+        case .owner: rule.ownerUID == 0 ? "only root" : "only uid \(rule.ownerUID) and root"
         case .group: "only uid \(rule.ownerUID), members of gid \(rule.groupGID) and root"
         }
     }

@@ -36,6 +36,13 @@ struct NotifydCommand: AsyncParsableCommand {
         help: "Octal permission bits for the socket file (default: 666 as root, so every user can connect; 600 otherwise).")
     var socketMode: String?
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The configuration file (reserved name prefixes, per-user quotas); SIGHUP re-reads it.",
+            discussion: "Default: /etc/notifyd/notifyd.conf when it exists and this is the system daemon."))
+    var config: String?
+
     @Option(name: .long, help: "Largest notification payload in bytes.")
     var maxPayload: UInt32 = ServerLimits.default.maxPayloadLength
 
@@ -93,11 +100,24 @@ struct NotifydCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
 
+        let configPath = config ?? Self.defaultConfigPath(for: listenAddress)
+        var access = AccessConfiguration()
+        if let configPath {
+            do throws(ConfigurationError) {
+                access = try AccessConfiguration.load(path: configPath)
+                logger.info("configuration loaded", metadata: ["config": "\(configPath)", "rules": "\(access.rules.count)"])
+            } catch {
+                logger.critical("invalid configuration: \(error.description)")
+                throw ExitCode(1)
+            }
+        }
+
         var limits = ServerLimits.default
         limits.maxPayloadLength = maxPayload
         limits.maxFrameLength = max(limits.maxFrameLength, maxPayload + 1_024)
         let configuration = ServerConfiguration(
-            listenAddress: listenAddress, socketMode: mode, limits: limits, outboundByteLimit: outboundLimit)
+            listenAddress: listenAddress, socketMode: mode, limits: limits, outboundByteLimit: outboundLimit,
+            access: access)
 
         let (listening, listeningContinuation) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let server = NotifyServer(configuration: configuration, logger: logger) { address in
@@ -109,9 +129,16 @@ struct NotifydCommand: AsyncParsableCommand {
             statusInterval: .milliseconds(Int64(statusInterval * 1_000)), limiter: limiter, logger: logger,
             stallHook: testStallEventLoopAfter.map { EventLoopStallHook(after: $0, duration: testStallEventLoopSeconds) })
         // Graceful shutdown runs in reverse order: the integration says STOPPING=1 first, then the server drains.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server), .init(service: integration)]
+        if let configPath {
+            services.append(
+                .init(
+                    service: ConfigurationReloader(
+                        path: configPath, server: server, notifier: ServiceManagerNotifier(), logger: logger)))
+        }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: [.init(service: server), .init(service: integration)],
+                services: services,
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         do {
@@ -120,6 +147,17 @@ struct NotifydCommand: AsyncParsableCommand {
             logger.critical("\(error.description)")
             throw ExitCode(1)
         }
+    }
+
+    /// The system daemon (serving the system socket) reads `/etc/notifyd/notifyd.conf` when it exists.
+    private static func defaultConfigPath(for address: ListenAddress) -> String? {
+        let path: String?
+        switch address {
+        case .path(let bound): path = bound
+        case .inheritedDescriptor(_, let inherited): path = inherited
+        }
+        guard path == SocketLocation.systemPath, access(AccessConfiguration.systemPath, F_OK) == 0 else { return nil }
+        return AccessConfiguration.systemPath
     }
 
     /// The socket passed by the service manager (socket activation), else `defaultPath` to bind.
