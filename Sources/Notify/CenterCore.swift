@@ -95,6 +95,8 @@ final class CenterCore: Sendable {
         var pendingDrops: [SubscriptionKey: UInt64] = [:]
         /// Nesting depth of `suspend()`, replayed after a reconnection.
         var suspendCount = 0
+        /// Subscriptions the daemon refused since the last barrier; the next `synchronize()` reports them.
+        var rejectedSubscriptions: [(pattern: String, error: ErrorFrame)] = []
         var connectWaiters: [UInt64: State.ConnectWaiter] = [:]
         var eventContinuations: [UInt64: AsyncStream<ConnectionEvent>.Continuation] = [:]
         var lastInstanceID: InstanceID?
@@ -282,8 +284,16 @@ final class CenterCore: Sendable {
 
     /// Called by the channel handler when a channel this core opened has closed.
     func channelClosed(_ channel: Channel, reason: String?) {
+        var refusedWaiters: [State.ConnectWaiter] = []
         let outcome = state.withLockedValue { state -> (Bool, [State.PendingRequest], String) in
             guard let current = state.channel, current === channel else { return (false, [], "") }
+            if case .handshaking = state.phase {
+                // Closed before WELCOME: the daemon refused this connection (a quota, say). Callers that asked to
+                // fail fast learn why now instead of waiting out their timeout.
+                let failing = state.connectWaiters.filter { $0.value.failFast }
+                for id in failing.keys { state.connectWaiters.removeValue(forKey: id) }
+                refusedWaiters = Array(failing.values)
+            }
             let why =
                 state.goodbye.map { describeGoodbye($0) } ?? state.closingError.map { "daemon closed the connection: \($0)" }
                 ?? reason ?? "connection closed by the daemon"
@@ -296,6 +306,9 @@ final class CenterCore: Sendable {
             return (true, pending, why)
         }
         guard outcome.0 else { return }
+        for waiter in refusedWaiters {
+            waiter.continuation.resume(throwing: NotifyError.cannotConnect(path: configuration.socketPath, reason: outcome.2))
+        }
         Self.fail(outcome.1, with: NotifyError.connectionLost(reason: outcome.2))
         logger.notice("disconnected from notifyd", metadata: ["reason": "\(outcome.2)"])
         emit(.disconnected(reason: outcome.2))
@@ -364,8 +377,20 @@ final class CenterCore: Sendable {
                 continuation.resume(returning: json)
             }
         case .pong(let requestID):
-            if case .ping(let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
-                continuation.resume()
+            let (request, rejected) = state.withLockedValue { state in
+                let request = state.pending.removeValue(forKey: requestID)
+                guard case .ping = request else { return (request, [(pattern: String, error: ErrorFrame)]()) }
+                defer { state.rejectedSubscriptions.removeAll() }
+                return (request, state.rejectedSubscriptions)
+            }
+            if case .ping(let continuation) = request {
+                if let first = rejected.first {
+                    continuation.resume(
+                        throwing: NotifyError.rejected(
+                            code: first.error.code, message: "subscribing to \(first.pattern): \(first.error.message)"))
+                } else {
+                    continuation.resume()
+                }
             }
         case .posted(let requestID, let sequence, let delivered):
             if case .post(_, let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
@@ -437,9 +462,11 @@ final class CenterCore: Sendable {
         case .query(let continuation):
             continuation.resume(throwing: rejection)
         case .subscribe(let name):
+            state.withLockedValue { $0.rejectedSubscriptions.append((name, error)) }
             logger.error("subscription rejected", metadata: ["name": "\(name)", "error": "\(error)"])
             emit(.requestRejected(operation: "subscribe to \(name)", error: error.description))
         case .currentValue(let core, _):
+            state.withLockedValue { $0.rejectedSubscriptions.append((core.name, error)) }
             core.finishWaitingForCurrentValue()
             logger.error("subscription rejected", metadata: ["name": "\(core.name)", "error": "\(error)"])
             emit(.requestRejected(operation: "subscribe to \(core.name)", error: error.description))

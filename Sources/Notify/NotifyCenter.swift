@@ -124,6 +124,10 @@ public final class NotifyCenter: Sendable {
 
     /// Returns once the daemon has processed everything this center sent before the call: subscriptions made
     /// before it are active, and posts made before it have been queued to every subscriber.
+    ///
+    /// - Throws: ``NotifyError/rejected(code:message:)`` when the daemon refused a subscription made since the
+    ///   previous `synchronize()` (for example `permission-denied`): `observe` cannot wait for the daemon, so
+    ///   this is where such a refusal surfaces as an error (it is also a connection event).
     public func synchronize() async throws {
         try await core.synchronize()
     }

@@ -39,6 +39,8 @@ final class ClientConnection: ChannelInboundHandler {
     private var isReadingPaused = false
     private(set) var logger: Logger
     private let limit: Int
+    /// Unflushed bytes past which a connection is flushed before the read burst ends.
+    private let eagerFlushBytes: Int
 
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     private(set) var credentials = SenderCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
@@ -65,6 +67,7 @@ final class ClientConnection: ChannelInboundHandler {
         self.accumulator = FrameAccumulator(maxFrameLength: router.configuration.limits.maxFrameLength)
         self.logger = router.logger
         self.limit = router.configuration.outboundByteLimit
+        self.eagerFlushBytes = min(64 * 1024, max(router.configuration.outboundByteLimit / 4, 4 * 1024))
     }
 
     var subscriptionCount: Int { subscriptions.count }
@@ -76,6 +79,11 @@ final class ClientConnection: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // The handler and its context hold each other: break the cycle, or every closed connection leaks.
+        self.context = nil
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -415,7 +423,13 @@ final class ClientConnection: ChannelInboundHandler {
             outbound.append(frame)
             accountedBytes += size
             account?.outboundBytes += size
-            markDirty()
+            if outbound.buffer.readableBytes >= eagerFlushBytes {
+                // One read burst can carry more posts than the bound holds: hand batches to the socket as the
+                // burst goes, so a subscriber that keeps reading is not treated as slow.
+                flushOutbound()
+            } else {
+                markDirty()
+            }
             return true
         }
         return hold(frame, name: name, sequence: sequence)

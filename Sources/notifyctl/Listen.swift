@@ -89,7 +89,13 @@ extension Notifyctl {
             }
             var received = 0
             let formatter = LineFormatter(json: json)
+            var previous: ReceivedNotification?
             for await notification in stream {
+                // Overlapping names and patterns each hand the same notification to this process's stream, one
+                // right after the other: print it once. (Sequence numbers alone would not do: they start again
+                // at 1 when the daemon restarts.)
+                if notification.sequence != 0, notification == previous { continue }
+                previous = notification
                 StandardStreams.output(formatter.format(notification))
                 received += 1
                 if let count, received >= count { break }

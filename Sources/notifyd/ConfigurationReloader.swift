@@ -22,11 +22,10 @@ struct ConfigurationReloader: Service, CustomStringConvertible {
 
     func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
-        await withGracefulShutdownHandler {
-            for await _ in signals {
-                await reload()
-            }
-        } onGracefulShutdown: {}
+        // Ends with the service group's graceful shutdown, so SIGTERM is not held up by this loop.
+        for await _ in signals.cancelOnGracefulShutdown() {
+            await reload()
+        }
     }
 
     private func reload() async {

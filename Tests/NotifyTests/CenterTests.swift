@@ -286,14 +286,22 @@ struct CenterTests {
         try await second.stop()
     }
 
-    @Test("posting while disconnected fails fast; the rejection of an unacknowledged post is reported as an event")
+    @Test("a refused subscription fails the next synchronize() and is reported as an event; posting while disconnected fails fast")
     func notConnectedAndRejections() async throws {
         let daemon = try await TestDaemon.start { $0.limits.maxSubscriptions = 1 }
         let center = try await daemon.center(reconnect: .never)
         let events = center.connectionEvents()
         let a = try center.observe("test.one", on: .immediate) { _ in }
         let b = try center.observe("test.two", on: .immediate) { _ in }
-        try await center.synchronize()
+        // The refusal surfaces as an error from the next barrier...
+        do {
+            try await center.synchronize()
+            Issue.record("synchronize() did not report the refused subscription")
+        } catch let NotifyError.rejected(code, message) {
+            #expect(code == .tooManySubscriptions)
+            #expect(message.contains("test.two"))
+        }
+        // ...and as a connection event.
         let event = try await nextEvent(events)
         guard case .requestRejected(let operation, let error) = event else {
             Issue.record("expected a rejection event, got \(String(describing: event))")
