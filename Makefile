@@ -49,7 +49,7 @@ test: deps lint
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	$(MAKE) sanitize
-	$(MAKE) bench-smoke
+	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
 
 ## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer.
 sanitize: deps
@@ -133,7 +133,7 @@ bench-deps:
 
 ## bench-smoke: every benchmark executable once with tiny counts (debug build, no timing claims); run by `make test`.
 bench-smoke: deps
-	python3 Benchmarks/run.py --smoke
+	python3 Benchmarks/run.py --smoke $(BENCH_SMOKE_ARGS)
 
 clean:
 	rm -rf .build

@@ -1,0 +1,47 @@
+/* One interface over every system under test, so that each scenario runs the same code against notifyd (and
+ * the C relay, which speaks the same protocol subset), Redis pub/sub and D-Bus signals. */
+#ifndef NOTIFYD_BENCH_BACKEND_H
+#define NOTIFYD_BENCH_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct conn conn;
+
+/* A notification as a subscriber sees it. `lost` > 0: the system reported that many notifications merged or
+ * dropped before this one (or, with name == NULL, dropped on the connection). */
+typedef void (*note_fn)(void *arg, const char *name, size_t name_len, const uint8_t *payload, size_t payload_len,
+                        uint64_t lost);
+
+struct backend {
+    const char *name;
+    /* Connects and returns once the system has accepted the session. */
+    conn *(*open)(const char *address, const char *client_name, char *err, size_t errlen);
+    /* Subscribes to `n` names (or patterns when `patterns`), pipelined; returns 0 once all are active. */
+    int (*subscribe)(conn *c, char **names, size_t n, int patterns, char *err, size_t errlen);
+    /* Makes this connection a poster (e.g. turns replies off where the system has them). */
+    int (*make_poster)(conn *c);
+    /* Appends a post (fire and forget); flush sends what was appended. */
+    int (*post)(conn *c, const char *name, size_t name_len, const void *payload, size_t payload_len);
+    int (*flush)(conn *c);
+    int (*fd)(conn *c);
+    /* Reads what is available without blocking and calls `fn` for each notification; -1 when the connection
+     * failed (message in `err`). */
+    int (*pump)(conn *c, note_fn fn, void *arg, char *err, size_t errlen);
+    void (*close)(conn *c);
+    /* Whether the system has wildcard subscriptions. */
+    int has_patterns;
+};
+
+extern const struct backend notifyd_backend;
+#ifdef HAVE_HIREDIS
+extern const struct backend redis_backend;
+#endif
+#ifdef HAVE_SDBUS
+extern const struct backend dbus_backend;
+#endif
+
+/* Non-matching pattern number i for a system (glob syntax differs). */
+void pattern_text(const struct backend *b, size_t i, char *out, size_t cap);
+
+#endif

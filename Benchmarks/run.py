@@ -1,0 +1,1506 @@
+#!/usr/bin/env python3
+"""notifyd benchmarks: every system through the same scenarios, in one run, on private Unix sockets.
+
+    python3 Benchmarks/run.py            # full run (make bench)
+    BENCH_QUICK=1 python3 Benchmarks/run.py   # shorter: fewer repetitions, smaller counts
+    python3 Benchmarks/run.py --smoke    # seconds: tiny counts, debug build, no timing claims (make bench-smoke)
+
+Systems: notifyd through the C client (Benchmarks/C, written from protocol/PROTOCOL.md) and through the Swift
+library (Benchmarks/SwiftClient/notify-bench); Redis pub/sub over a Unix socket (hiredis); D-Bus broadcast
+signals through a private dbus-broker and a private dbus-daemon (sd-bus); the C epoll relay. A peer that is not
+installed is reported as skipped. Results: Benchmarks/results/latest.json and latest.md (which BENCHMARKS.md
+includes). See Benchmarks/BENCHMARKS.md for what each scenario measures.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import mmap
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "Benchmarks"
+RESULTS = BENCH / "results"
+SLOT = 64
+HEADER = 64
+TICK = os.sysconf("SC_CLK_TCK")
+
+children: list[subprocess.Popen] = []
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- process helpers
+
+def spawn(cmd: list[str], env: dict | None = None, stdout=subprocess.PIPE) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, env=env, text=True,
+                            start_new_session=True)
+    children.append(proc)
+    return proc
+
+
+def finish(proc: subprocess.Popen, timeout: float = 30) -> tuple[dict | None, str]:
+    """Waits for a driver process and parses the JSON object it printed."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        out, err = proc.communicate()
+        err = (err or "") + f"\n(timed out after {timeout:.0f} s)"
+    if proc in children:
+        children.remove(proc)
+    result = None
+    for line in (out or "").splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                result = json.loads(line)
+            except json.JSONDecodeError:
+                pass
+    return result, (err or "").strip()
+
+
+def kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def stop_gently(proc: subprocess.Popen, timeout: float = 5) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill(proc)
+    if proc in children:
+        children.remove(proc)
+
+
+def kill_all_children() -> None:
+    for proc in list(children):
+        kill(proc)
+    children.clear()
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    values = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0])
+    return values
+
+
+def reset_peak_rss(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def wait_for_socket(path: str, proc: subprocess.Popen | None, timeout: float = 20) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"exited with status {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        if os.path.exists(path):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+                return
+            except OSError:
+                pass
+            finally:
+                s.close()
+        time.sleep(0.02)
+    raise RuntimeError(f"socket {path} did not come up within {timeout:.0f} s")
+
+
+def version_of(cmd: list[str], pattern: str = r"(\d+(\.\d+)+)") -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = out.strip().splitlines()[0] if out.strip() else ""
+    m = re.search(pattern, first)
+    return m.group(1) if m else (first or None)
+
+
+def pkg_version(name: str) -> str | None:
+    try:
+        r = subprocess.run(["pkg-config", "--modversion", name], capture_output=True, text=True, timeout=10)
+        return r.stdout.strip() if r.returncode == 0 else None
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- the board
+
+class Board:
+    """The shared-memory board of Benchmarks/C/bench.h."""
+
+    def __init__(self, directory: Path, slots: int, tag: str):
+        self.path = directory / f"board-{tag}-{time.monotonic_ns()}"
+        size = HEADER + SLOT * max(slots, 1)
+        with open(self.path, "wb") as f:
+            f.write(b"\0" * size)
+        self.file = open(self.path, "r+b")
+        self.map = mmap.mmap(self.file.fileno(), size)
+
+    def get(self, slot: int, field: int) -> int:
+        return struct.unpack_from("<Q", self.map, HEADER + slot * SLOT + field * 8)[0]
+
+    def set(self, slot: int, field: int, value: int) -> None:
+        struct.pack_into("<Q", self.map, HEADER + slot * SLOT + field * 8, value)
+
+    def stop(self) -> None:
+        struct.pack_into("<Q", self.map, 8, 1)
+
+    def wait_ready(self, slots: range, procs: list[subprocess.Popen], phase: int = 1, timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while True:
+            if all(self.get(s, 0) >= phase for s in slots):
+                return
+            for p in procs:
+                if p.poll() is not None:
+                    _, err = finish(p, 1)
+                    raise RuntimeError(f"a client exited early ({p.returncode}): {err[-500:]}")
+            if time.time() > deadline:
+                raise RuntimeError(f"clients not ready (phase {phase}) within {timeout:.0f} s")
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self.map.close()
+        self.file.close()
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- systems
+
+class System:
+    """One system under test: how to start it on private sockets and which client drives it."""
+    key = ""
+    label = ""
+    driver = ""          # nbench --system value
+    client = "c"         # "c" or "swift"
+    server = ""          # which server process this measures (systems sharing a server share this)
+
+    def __init__(self, ctx: "Context"):
+        self.ctx = ctx
+        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.address = ""
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_gently(self.proc)
+        self.proc = None
+        self.pid = None
+
+    owner: "System | None" = None
+
+    def restart(self) -> None:
+        """Starts a fresh instance (systems sharing a server restart its owner and follow it)."""
+        if self.owner is not None:
+            self.owner.restart()
+            self.address, self.pid = self.owner.address, self.owner.pid
+            return
+        self.stop()
+        self.start()
+
+    def client_cmd(self, role: str, *args: str) -> list[str]:
+        if self.client == "swift":
+            return [str(self.ctx.swift_bench), role, "--address", self.address, *args]
+        return [str(self.ctx.nbench), role, "--system", self.driver, "--address", self.address, *args]
+
+    def c_cmd(self, role: str, *args: str) -> list[str]:
+        """The C driver against this system (helpers such as pattern holders always use it)."""
+        driver = self.driver or "notifyd"
+        return [str(self.ctx.nbench), role, "--system", driver, "--address", self.address, *args]
+
+
+class Notifyd(System):
+    key, label, driver, client, server = "notifyd-c", "notifyd (C client)", "notifyd", "c", "notifyd"
+
+    def start(self, env_extra: dict | None = None) -> None:
+        self.address = str(self.ctx.tmp / "notifyd.sock")
+        env = dict(os.environ)
+        env.update(env_extra or {})
+        self.proc = spawn([str(self.ctx.notifyd), "--socket", self.address, "--log-level", "warning", "--log", "stderr"],
+                          env=env, stdout=subprocess.DEVNULL)
+        wait_for_socket(self.address, self.proc)
+        self.pid = self.proc.pid
+
+
+class NotifydSwift(Notifyd):
+    key, label, driver, client, server = "notifyd-swift", "notifyd (Swift library)", "notifyd", "swift", "notifyd"
+
+
+class NotifydAlt(Notifyd):
+    """Another build of notifyd (--alt-bin DIR), for before/after comparisons in the same run."""
+    key, label, driver, client, server = "notifyd-c-alt", "notifyd ALT (C client)", "notifyd", "c", "notifyd-alt"
+
+    def start(self, env_extra: dict | None = None) -> None:
+        self.address = str(self.ctx.tmp / "notifyd-alt.sock")
+        env = dict(os.environ)
+        env.update(env_extra or {})
+        self.proc = spawn([str(self.ctx.alt_bin / "notifyd"), "--socket", self.address, "--log-level", "warning",
+                           "--log", "stderr"], env=env, stdout=subprocess.DEVNULL)
+        wait_for_socket(self.address, self.proc)
+        self.pid = self.proc.pid
+
+
+class NotifydSwiftAlt(NotifydAlt):
+    key, label, driver, client, server = "notifyd-swift-alt", "notifyd ALT (Swift library)", "notifyd", "swift", "notifyd-alt"
+
+    def client_cmd(self, role: str, *args: str) -> list[str]:
+        return [str(self.ctx.alt_bin / "notify-bench"), role, "--address", self.address, *args]
+
+
+class Relay(System):
+    key, label, driver, client, server = "relay", "C relay", "relay", "c", "relay"
+
+    def start(self) -> None:
+        self.address = str(self.ctx.tmp / "relay.sock")
+        self.proc = spawn([str(self.ctx.relay), self.address], stdout=subprocess.DEVNULL)
+        wait_for_socket(self.address, self.proc)
+        self.pid = self.proc.pid
+
+
+class Redis(System):
+    key, label, driver, client, server = "redis", "Redis pub/sub", "redis", "c", "redis"
+
+    def available(self) -> tuple[bool, str]:
+        if not shutil.which("redis-server"):
+            return False, "redis-server is not installed (apt-get install redis-server)"
+        if not self.ctx.has_hiredis:
+            return False, "hiredis is not installed (apt-get install libhiredis-dev)"
+        return True, ""
+
+    def start(self) -> None:
+        self.address = str(self.ctx.tmp / "redis.sock")
+        conf = self.ctx.tmp / "redis.conf"
+        # Defaults otherwise (including the pub/sub output limit, which decides what a stopped subscriber costs).
+        conf.write_text(f"port 0\nunixsocket {self.address}\nunixsocketperm 700\nsave \"\"\nappendonly no\n"
+                        f"daemonize no\nmaxclients 20000\nloglevel warning\ndir {self.ctx.tmp}\n")
+        self.proc = spawn(["redis-server", str(conf)], stdout=subprocess.DEVNULL)
+        wait_for_socket(self.address, self.proc)
+        self.pid = self.proc.pid
+
+
+BUS_POLICY = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  {listen}
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_type="method_return"/>
+    <allow send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="signal"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+  </policy>
+  <limit name="max_match_rules_per_connection">200000</limit>
+  <limit name="max_connections_per_user">20000</limit>
+  <limit name="max_completed_connections">20000</limit>
+  <limit name="max_incomplete_connections">20000</limit>
+</busconfig>
+"""
+
+
+class DbusDaemon(System):
+    key, label, driver, client, server = "dbus-daemon", "dbus-daemon (sd-bus)", "dbus", "c", "dbus-daemon"
+
+    def available(self) -> tuple[bool, str]:
+        if not shutil.which("dbus-daemon"):
+            return False, "dbus-daemon is not installed (apt-get install dbus-daemon)"
+        if not self.ctx.has_sdbus:
+            return False, "sd-bus headers are not installed (apt-get install libsystemd-dev)"
+        return True, ""
+
+    def start(self) -> None:
+        self.address = str(self.ctx.tmp / "dbus-daemon.sock")
+        conf = self.ctx.tmp / "dbus-daemon.conf"
+        conf.write_text(BUS_POLICY.format(listen=f"<listen>unix:path={self.address}</listen>"))
+        self.proc = spawn(["dbus-daemon", "--config-file", str(conf), "--nofork"], stdout=subprocess.DEVNULL)
+        wait_for_socket(self.address, self.proc)
+        self.pid = self.proc.pid
+
+
+class DbusBroker(System):
+    """A private dbus-broker (DESIGN.md, "Known facts"): dbus-broker-launch under systemd-socket-activate, with a
+    throwaway user bus (dbus-daemon) and a journal datagram socket for the launcher to talk to."""
+    key, label, driver, client, server = "dbus-broker", "dbus-broker (sd-bus)", "dbus", "c", "dbus-broker"
+    JOURNAL = "/run/systemd/journal/socket"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.user_bus: subprocess.Popen | None = None
+        self.journal: socket.socket | None = None
+        self.journal_created = False
+
+    def available(self) -> tuple[bool, str]:
+        for tool in ("dbus-broker-launch", "dbus-broker", "systemd-socket-activate", "dbus-daemon"):
+            if not shutil.which(tool):
+                return False, f"{tool} is not installed (apt-get install dbus-broker dbus-daemon systemd)"
+        if not self.ctx.has_sdbus:
+            return False, "sd-bus headers are not installed (apt-get install libsystemd-dev)"
+        if not os.path.exists(self.JOURNAL) and os.geteuid() != 0:
+            return False, f"needs {self.JOURNAL} (run as root so the script can provide one)"
+        return True, ""
+
+    def _journal(self) -> None:
+        if os.path.exists(self.JOURNAL) or self.journal is not None:
+            return
+        os.makedirs(os.path.dirname(self.JOURNAL), exist_ok=True)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.bind(self.JOURNAL)
+        self.journal = s
+        self.journal_created = True
+
+        def drain():
+            while self.journal is not None:
+                try:
+                    s.recv(65536)
+                except OSError:
+                    return
+        threading.Thread(target=drain, daemon=True).start()
+
+    def start(self) -> None:
+        self._journal()
+        tmp = self.ctx.tmp
+        user_sock = tmp / "user-bus.sock"
+        if self.user_bus is None or self.user_bus.poll() is not None:
+            conf = tmp / "user-bus.conf"
+            conf.write_text(BUS_POLICY.format(listen=f"<listen>unix:path={user_sock}</listen>"))
+            self.user_bus = spawn(["dbus-daemon", "--config-file", str(conf), "--nofork"], stdout=subprocess.DEVNULL)
+            wait_for_socket(str(user_sock), self.user_bus)
+        self.address = str(tmp / "dbus-broker.sock")
+        try:
+            os.unlink(self.address)
+        except FileNotFoundError:
+            pass
+        conf = tmp / "dbus-broker.conf"
+        conf.write_text(BUS_POLICY.format(listen=""))
+        self.proc = spawn(["systemd-socket-activate", "-l", self.address, "-E", f"XDG_RUNTIME_DIR={tmp}",
+                           "-E", f"DBUS_SESSION_BUS_ADDRESS=unix:path={user_sock}",
+                           "dbus-broker-launch", "--scope", "user", "--config-file", str(conf)],
+                          stdout=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while not os.path.exists(self.address):
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("systemd-socket-activate did not create the bus socket")
+            time.sleep(0.02)
+        # The first connection activates the launcher and may hang: warm up with short, bounded attempts.
+        for attempt in range(4):
+            warm = spawn([str(self.ctx.nbench), "churn", "--system", "dbus", "--address", self.address,
+                          "--seconds", "0.05"])
+            result, _ = finish(warm, timeout=5)
+            if result:
+                break
+        else:
+            raise RuntimeError("dbus-broker did not answer after activation")
+        self.pid = self._broker_pid(self.proc.pid)
+        if self.pid is None:
+            raise RuntimeError("cannot find the dbus-broker process")
+
+    @staticmethod
+    def _broker_pid(launcher: int) -> int | None:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            name = text[text.index("(") + 1:text.rindex(")")]
+            ppid = int(text.rsplit(")", 1)[1].split()[1])
+            if ppid == launcher and name == "dbus-broker":
+                return int(entry)
+        return None
+
+    def stop(self) -> None:
+        super().stop()
+
+    def shutdown(self) -> None:
+        self.stop()
+        if self.user_bus is not None:
+            stop_gently(self.user_bus)
+            self.user_bus = None
+        if self.journal is not None:
+            s, self.journal = self.journal, None
+            s.close()
+            if self.journal_created:
+                try:
+                    os.unlink(self.JOURNAL)
+                except OSError:
+                    pass
+
+
+SYSTEM_CLASSES = [Notifyd, NotifydSwift, Relay, Redis, DbusBroker, DbusDaemon]
+ALT_CLASSES = [NotifydAlt, NotifydSwiftAlt]
+
+
+# ---------------------------------------------------------------- context and settings
+
+class Settings:
+    def __init__(self, mode: str):
+        self.mode = mode
+        full = mode == "full"
+        smoke = mode == "smoke"
+        self.reps = 3 if full else 1
+        # The fan-out configurations the targets are about are repeated more: this machine is shared and noisy.
+        self.fanout_reps = 5 if full else 1
+        self.seconds = 0.3 if smoke else (1.5 if full else 1.0)
+        self.fanout_sizes = [2] if smoke else [1, 4, 16, 64]
+        self.repeated_sizes = set() if smoke else {1, 4, 16}
+        self.payload_sizes = [] if smoke else [0, 1024, 16384]
+        self.payload_fanout = 4
+        self.max_posts = 2000 if smoke else 5_000_000
+        self.rtt_iterations = 300 if smoke else (20_000 if full else 5_000)
+        self.rtt_warmup = 50 if smoke else 2_000
+        self.rtt_seconds = 2.0 if smoke else (4.0 if full else 2.0)
+        self.names = 1_000 if smoke else (100_000 if full else 20_000)
+        self.name_procs = 2 if smoke else 4
+        self.patterns = [0, 100] if smoke else ([0, 1_000, 100_000] if full else [0, 1_000, 20_000])
+        self.idle_connections = 50 if smoke else (10_000 if full else 2_000)
+        self.idle_procs = 1 if smoke else 2
+        self.subs_per_conn = 10
+        self.churn_seconds = 0.3 if smoke else (2.0 if full else 1.0)
+        self.stopped_seconds = 0.5 if smoke else (3.0 if full else 1.5)
+        self.inproc_posts = 20_000 if smoke else 2_000_000
+        self.alloc_iterations = 2_000 if smoke else 50_000
+
+
+def window_for(payload: int) -> int:
+    """Notifications in flight per subscriber: 1,000, fewer for large payloads (at most ~2 MiB in flight)."""
+    return max(16, min(1000, (2 << 20) // (payload + 64)))
+
+
+class Context:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="notifyd-bench-"))
+        self.settings = Settings(args.mode)
+        self.scratch = ROOT / args.scratch_path
+        self.config = args.config
+        self.cbuild = self.scratch / "bench-c"
+        self.nbench = self.cbuild / "nbench"
+        self.relay = self.cbuild / "relay"
+        self.malloccount = self.cbuild / "libmalloccount.so"
+        self.vectors = self.cbuild / "vectors"
+        self.bin = None
+        self.notifyd = None
+        self.swift_bench = None
+        self.alloc_bench = None
+        self.has_hiredis = False
+        self.has_sdbus = False
+        self.alt_bin = Path(args.alt_bin).resolve() if args.alt_bin else None
+
+
+def build(ctx: Context) -> None:
+    log("building the C drivers, relay and allocation counter")
+    subprocess.run(["make", "-s", "-C", str(BENCH / "C"), f"OUT={ctx.cbuild}"], check=True)
+    linked = subprocess.run(["ldd", str(ctx.nbench)], capture_output=True, text=True).stdout
+    ctx.has_hiredis = "libhiredis" in linked
+    ctx.has_sdbus = "libsystemd" in linked
+    cmd = ["swift", "build", "-c", ctx.config, "--scratch-path", str(ctx.scratch)]
+    if not ctx.args.no_swift_build:
+        for product in ("notifyd", "notify-bench", "notify-alloc-bench"):
+            log(f"swift build -c {ctx.config} --product {product}")
+            for attempt in range(2):  # others may be editing Sources/ while we build
+                r = subprocess.run(cmd + ["--product", product], cwd=ROOT)
+                if r.returncode == 0:
+                    break
+            else:
+                raise SystemExit(f"swift build of {product} failed")
+    if ctx.args.no_swift_build and (ctx.scratch / ctx.config).is_dir():
+        ctx.bin = (ctx.scratch / ctx.config).resolve()  # SwiftPM's CONFIG -> TRIPLE/CONFIG link; no lock needed
+    else:
+        ctx.bin = Path(subprocess.run(cmd + ["--show-bin-path"], cwd=ROOT, capture_output=True, text=True,
+                                      check=True).stdout.strip())
+    ctx.notifyd = ctx.bin / "notifyd"
+    ctx.swift_bench = ctx.bin / "notify-bench"
+    ctx.alloc_bench = ctx.bin / "notify-alloc-bench"
+    for path in (ctx.notifyd, ctx.swift_bench, ctx.alloc_bench):
+        if not path.exists():
+            raise SystemExit(f"missing {path}: build it first")
+
+
+# ---------------------------------------------------------------- scenarios
+
+def server_delta(system: System, before: float) -> float:
+    return cpu_seconds(system.pid) - before
+
+
+def run_fanout(ctx: Context, system: System, subscribers: int, payload: int, *, stopped: bool = False,
+               window: int | None = None, name: str = "bench.fan", pub_system: System | None = None,
+               sub_args: tuple = (), seconds: float | None = None, pub_env: dict | None = None,
+               sub_env: dict | None = None, before_pub=None) -> dict:
+    """Fan-out: `subscribers` processes subscribe to one name, one poster posts with flow control. With `stopped`,
+    one more subscriber is SIGSTOPped before posting starts and left out of the flow control."""
+    s = ctx.settings
+    total = subscribers + (1 if stopped else 0)
+    board = Board(ctx.tmp, total, "fan")
+    window = window or window_for(payload)
+    subs = []
+    try:
+        for k in range(total):
+            subs.append(spawn(system.client_cmd("sub", "--board", str(board.path), "--slot", str(k),
+                                                "--slots", str(total), "--name", name, *sub_args), env=sub_env))
+        board.wait_ready(range(total), subs)
+        victim = subs[-1] if stopped else None
+        extra = {}
+        if victim is not None:
+            os.kill(victim.pid, signal.SIGSTOP)
+            reset_peak_rss(system.pid)
+            extra["rss_before_kib"] = memory_kib(system.pid).get("VmRSS")
+        if before_pub:
+            before_pub()
+        poster = pub_system or system
+        cpu0 = cpu_seconds(system.pid)
+        pub = spawn(poster.client_cmd("pub", "--board", str(board.path), "--subs", str(total), "--name", name,
+                                      "--posts", str(s.max_posts), "--payload", str(payload), "--window", str(window),
+                                      "--max-seconds", str(seconds or s.seconds),
+                                      *(["--ignore-slot", str(total - 1)] if stopped else [])), env=pub_env)
+        result, err = finish(pub, timeout=(seconds or s.seconds) + 90)
+        cpu = server_delta(system, cpu0)
+        if victim is not None:
+            mem = memory_kib(system.pid)
+            extra["peak_rss_kib"] = mem.get("VmHWM")
+            extra["rss_after_kib"] = mem.get("VmRSS")
+            os.kill(victim.pid, signal.SIGCONT)
+        if result is None:
+            raise RuntimeError(f"poster failed: {err[-600:]}")
+        board.stop()
+        sub_results = []
+        for p in subs:
+            r, e = finish(p, timeout=20)
+            sub_results.append(r or {"error": e[-300:]})
+        result.update(extra)
+        result["server_cpu_s"] = round(cpu, 3)
+        if result.get("delivered"):
+            result["server_cpu_us_per_delivery"] = round(cpu * 1e6 / result["delivered"], 4)
+        if victim is not None:
+            result["stopped_subscriber"] = sub_results[-1]
+        allocs = [r.get("allocs_per_note") for r in sub_results if isinstance(r, dict) and r.get("allocs_per_note") is not None]
+        if allocs:
+            result["sub_allocs_per_note"] = statistics.median(allocs)
+        return result
+    finally:
+        board.stop()
+        for p in subs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        for p in subs:
+            if p in children:
+                finish(p, timeout=10)
+        board.close()
+
+
+def median_run(runs: list[dict], key: str) -> dict:
+    ok = [r for r in runs if r.get(key) is not None]
+    if not ok:
+        return runs[0]
+    ok.sort(key=lambda r: r[key])
+    best = dict(ok[len(ok) // 2])
+    best["runs"] = [round(r[key], 1) for r in runs if r.get(key) is not None]
+    return best
+
+
+def scenario_fanout(ctx: Context, systems: list[System], results: dict) -> None:
+    s = ctx.settings
+    configs = [(n, 64) for n in s.fanout_sizes] + [(s.payload_fanout, p) for p in s.payload_sizes]
+    out = []
+    for subscribers, payload in configs:
+        reps = s.fanout_reps if (subscribers in s.repeated_sizes and payload == 64) else 1
+        runs: dict[str, list] = {sys_.key: [] for sys_ in systems}
+        for rep in range(reps):
+            for system in systems:  # interleaved, so drift hits every system alike
+                log(f"fan-out S={subscribers} payload={payload} {system.key} (run {rep + 1}/{reps})")
+                try:
+                    runs[system.key].append(run_fanout(ctx, system, subscribers, payload))
+                except Exception as e:  # noqa: BLE001 - one failure must not end the run
+                    runs[system.key].append({"error": str(e)[-500:]})
+        for system in systems:
+            entry = median_run(runs[system.key], "delivered_per_s")
+            entry.update({"system": system.key, "subscribers": subscribers, "payload": payload})
+            out.append(entry)
+    results["fanout"] = out
+
+
+def scenario_rtt(ctx: Context, systems: list[System], results: dict) -> None:
+    """Round trips in `reps` interleaved runs per system (a burst of load from elsewhere on the machine then hits
+    one run of every system rather than all runs of one); each percentile is the median over the runs."""
+    s = ctx.settings
+    runs: dict[str, list] = {system.key: [] for system in systems}
+    errors: dict[str, str] = {}
+    iterations = max(100, s.rtt_iterations // s.reps)
+    for rep_index in range(s.reps):
+        for system in systems:
+            log(f"round trip {system.key} (run {rep_index + 1}/{s.reps})")
+            board = Board(ctx.tmp, 2, "rtt")
+            try:
+                pong = spawn(system.client_cmd("pong", "--board", str(board.path), "--slot", "1", "--slots", "2"))
+                ping = spawn(system.client_cmd("ping", "--board", str(board.path), "--slot", "0", "--slots", "2",
+                                               "--iterations", str(iterations), "--warmup", str(s.rtt_warmup),
+                                               "--payload", "64", "--max-seconds", str(s.rtt_seconds)))
+                result, err = finish(ping, timeout=s.rtt_seconds + 120)
+                board.stop()
+                finish(pong, timeout=10)
+                if result is None:
+                    raise RuntimeError(err[-500:])
+                runs[system.key].append(result)
+            except Exception as e:  # noqa: BLE001
+                errors[system.key] = str(e)[-500:]
+            finally:
+                board.stop()
+                board.close()
+    out = []
+    for system in systems:
+        ok = runs[system.key]
+        if not ok:
+            out.append({"system": system.key, "error": errors.get(system.key, "no run succeeded")})
+            continue
+        entry = {"system": system.key, "payload": 64, "runs": len(ok), "samples": sum(r["samples"] for r in ok)}
+        for key in ("p50_us", "p99_us", "p999_us", "max_us", "mean_us"):
+            entry[key] = statistics.median(r[key] for r in ok)
+            entry[key + "_runs"] = [r[key] for r in ok]
+        out.append(entry)
+    results["rtt"] = out
+
+
+def scenario_names(ctx: Context, systems: list[System], results: dict) -> None:
+    s = ctx.settings
+    out = []
+    for system in systems:
+        if system.client == "swift":
+            continue  # the library test is the fan-out; this one is about the daemon's name table
+        log(f"many names ({s.names}) {system.key}")
+        system.restart()
+        board = Board(ctx.tmp, s.name_procs, "names")
+        procs = []
+        try:
+            per = s.names // s.name_procs
+            t0 = time.time()
+            for k in range(s.name_procs):
+                procs.append(spawn(system.client_cmd(
+                    "sub", "--board", str(board.path), "--slot", str(k), "--slots", str(s.name_procs),
+                    "--name-prefix", "bench.names.n", "--name-count", str(s.names),
+                    "--name-first", str(k * per), "--name-last", str(s.names if k == s.name_procs - 1 else (k + 1) * per))))
+            board.wait_ready(range(s.name_procs), procs, timeout=600)
+            subscribe_s = time.time() - t0
+            rss = memory_kib(system.pid).get("VmRSS")
+            cpu0 = cpu_seconds(system.pid)
+            pub = spawn(system.client_cmd("pub", "--board", str(board.path), "--subs", str(s.name_procs), "--spread",
+                                          "--name-prefix", "bench.names.n", "--name-count", str(s.names),
+                                          "--posts", str(s.max_posts), "--payload", "64", "--window", "1000",
+                                          "--max-seconds", str(s.seconds)))
+            result, err = finish(pub, timeout=s.seconds + 120)
+            cpu = server_delta(system, cpu0)
+            board.stop()
+            for p in procs:
+                finish(p, timeout=20)
+            if result is None:
+                raise RuntimeError(err[-500:])
+            result.update({"system": system.key, "names": s.names, "subscribe_seconds": round(subscribe_s, 2),
+                           "server_rss_kib": rss, "server_cpu_s": round(cpu, 3)})
+            if result.get("delivered"):
+                result["server_cpu_us_per_delivery"] = round(cpu * 1e6 / result["delivered"], 4)
+            out.append(result)
+        except Exception as e:  # noqa: BLE001
+            out.append({"system": system.key, "names": s.names, "error": str(e)[-500:]})
+        finally:
+            board.stop()
+            for p in procs:
+                if p in children:
+                    finish(p, timeout=10)
+            board.close()
+    results["names"] = out
+
+
+def scenario_patterns(ctx: Context, systems: list[System], results: dict) -> None:
+    s = ctx.settings
+    out = []
+    for system in systems:
+        if system.client == "swift" or system.key == "relay" or system.driver == "dbus":
+            continue  # no wildcard subscriptions (relay, D-Bus match rules) / library adds nothing here
+        for count in s.patterns:
+            log(f"patterns: {count} non-matching, {system.key}")
+            system.restart()
+            # Each holder connection stays below notifyd's 65,536 subscriptions per connection.
+            holders_needed = max(1, -(-count // 50_000))
+            holder_board = Board(ctx.tmp, holders_needed, "pat")
+            holders = []
+            try:
+                if count:
+                    per = -(-count // holders_needed)
+                    for k in range(holders_needed):
+                        n = min(per, count - k * per)
+                        holders.append(spawn(system.c_cmd("sub", "--board", str(holder_board.path), "--slot", str(k),
+                                                          "--slots", str(holders_needed), "--patterns", str(n),
+                                                          "--pattern-first", str(k * per))))
+                    holder_board.wait_ready(range(holders_needed), holders, timeout=900)
+                runs = []
+                for _ in range(s.reps):
+                    runs.append(run_fanout(ctx, system, 1, 64, window=200))
+                entry = median_run(runs, "delivered_per_s")
+                entry.update({"system": system.key, "patterns": count})
+                out.append(entry)
+            except Exception as e:  # noqa: BLE001
+                out.append({"system": system.key, "patterns": count, "error": str(e)[-500:]})
+            finally:
+                holder_board.stop()
+                for holder in holders:
+                    finish(holder, timeout=30)
+                holder_board.close()
+    results["patterns"] = out
+
+
+def scenario_stopped(ctx: Context, systems: list[System], results: dict) -> None:
+    s = ctx.settings
+    out = []
+    for system in systems:
+        log(f"SIGSTOPped subscriber during fan-out (4 + 1 stopped) {system.key}")
+        try:
+            system.restart()
+            # The same fan-out without a stopped subscriber right before and after, on the same instance.
+            before = run_fanout(ctx, system, 4, 64, seconds=s.stopped_seconds)
+            result = run_fanout(ctx, system, 4, 64, stopped=True, seconds=s.stopped_seconds)
+            after = run_fanout(ctx, system, 4, 64, seconds=s.stopped_seconds)
+            plain = [r.get("delivered_per_s") for r in (before, after) if r.get("delivered_per_s")]
+            result["system"] = system.key
+            result["adjacent_plain_per_s"] = plain
+            if plain:
+                result["ratio_to_adjacent_plain"] = result["delivered_per_s"] / statistics.mean(plain)
+            out.append(result)
+        except Exception as e:  # noqa: BLE001
+            out.append({"system": system.key, "error": str(e)[-500:]})
+    results["stopped"] = out
+
+
+def scenario_connections(ctx: Context, systems: list[System], results: dict) -> None:
+    s = ctx.settings
+    out = []
+    for system in systems:
+        if system.client == "swift":
+            continue
+        log(f"idle connections ({s.idle_connections} x {s.subs_per_conn} subscriptions) {system.key}")
+        board = Board(ctx.tmp, s.idle_procs, "idle")
+        procs = []
+        try:
+            system.restart()
+            # warm the server up (code paths, allocator) before the baseline
+            warm = spawn(system.c_cmd("churn", "--seconds", "0.2"))
+            finish(warm, timeout=30)
+            time.sleep(0.3)
+            rss0 = memory_kib(system.pid)["VmRSS"]
+            per = s.idle_connections // s.idle_procs
+            t0 = time.time()
+            for k in range(s.idle_procs):
+                procs.append(spawn(system.c_cmd("idle", "--board", str(board.path), "--slot", str(k), "--slots",
+                                                str(s.idle_procs), "--connections", str(per),
+                                                "--subs-per-conn", str(s.subs_per_conn),
+                                                "--name-prefix", "bench.idle.p")))
+            board.wait_ready(range(s.idle_procs), procs, phase=1, timeout=600)
+            connect_s = time.time() - t0
+            time.sleep(0.5)
+            rss1 = memory_kib(system.pid)["VmRSS"]
+            opened = sum(board.get(k, 1) for k in range(s.idle_procs))
+            t1 = time.time()
+            for k in range(s.idle_procs):
+                board.set(k, 2, 1)
+            board.wait_ready(range(s.idle_procs), procs, phase=2, timeout=600)
+            subscribe_s = time.time() - t1
+            time.sleep(0.5)
+            rss2 = memory_kib(system.pid)["VmRSS"]
+            subscribed = sum(board.get(k, 4) for k in range(s.idle_procs))
+            board.stop()
+            for p in procs:
+                finish(p, timeout=60)
+            entry = {"system": system.key, "connections_requested": s.idle_connections, "connections": opened,
+                     "subscriptions": subscribed, "rss_base_kib": rss0, "rss_connected_kib": rss1,
+                     "rss_subscribed_kib": rss2, "connect_seconds": round(connect_s, 2),
+                     "subscribe_seconds": round(subscribe_s, 2)}
+            if opened:
+                entry["bytes_per_connection"] = round((rss1 - rss0) * 1024 / opened)
+            if subscribed:
+                entry["bytes_per_subscription"] = round((rss2 - rss1) * 1024 / subscribed)
+            if opened < s.idle_connections:
+                entry["note"] = f"only {opened} of {s.idle_connections} connections were accepted"
+            log(f"  churn {system.key}")
+            system.restart()  # a fresh server: tearing down thousands of connections can keep it busy for a while
+            churn = spawn(system.c_cmd("churn", "--seconds", str(s.churn_seconds)))
+            cr, err = finish(churn, timeout=s.churn_seconds + 60)
+            entry["churn_per_s"] = cr.get("per_s") if cr else None
+            if cr is None:
+                entry["churn_error"] = err[-300:]
+            out.append(entry)
+        except Exception as e:  # noqa: BLE001
+            out.append({"system": system.key, "error": str(e)[-500:]})
+        finally:
+            board.stop()
+            for p in procs:
+                if p in children:
+                    finish(p, timeout=30)
+            board.close()
+    results["connections"] = out
+
+
+def scenario_inproc(ctx: Context, notifyd: System | None, results: dict) -> None:
+    s = ctx.settings
+    out = []
+    if notifyd is not None:
+        swift = NotifydSwift(ctx)
+        swift.address, swift.pid = notifyd.address, notifyd.pid
+        for target in ("queue", "immediate"):
+            log(f"in-process: daemon -> I/O thread -> handler on {target}")
+            try:
+                r = run_fanout(ctx, swift, 1, 64, pub_system=notifyd, sub_args=("--target", target))
+                r.update({"mode": "daemon", "target": target})
+                out.append(r)
+            except Exception as e:  # noqa: BLE001
+                out.append({"mode": "daemon", "target": target, "error": str(e)[-500:]})
+    for target in ("queue", "immediate"):
+        log(f"in-process: self. name -> handler on {target}")
+        p = spawn([str(ctx.swift_bench), "inproc", "--target", target, "--posts", str(s.inproc_posts),
+                   "--max-seconds", str(s.seconds), "--address", str(ctx.tmp / "none.sock")])
+        r, err = finish(p, timeout=s.seconds + 60)
+        entry = r or {"error": err[-500:]}
+        entry.update({"mode": "self", "target": target})
+        out.append(entry)
+    results["inproc"] = out
+
+
+def scenario_allocations(ctx: Context, notifyd: System | None, results: dict) -> None:
+    s = ctx.settings
+    out: dict = {"micro": [], "daemon": [], "library": []}
+    env = dict(os.environ, LD_PRELOAD=str(ctx.malloccount))
+    log("allocations: micro-benchmark of decode/encode")
+    p = spawn([str(ctx.alloc_bench), "--iterations", str(s.alloc_iterations)], env=env)
+    try:
+        stdout, err = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        kill(p)
+        stdout, err = "", "timed out"
+    if p in children:
+        children.remove(p)
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            out["micro"].append(json.loads(line))
+    if not out["micro"]:
+        out["micro_error"] = err[-500:]
+    if notifyd is not None:
+        counter = ctx.tmp / "notifyd.malloccount"
+        daemon = Notifyd(ctx)
+        try:
+            notifyd.stop()
+            daemon.start(env_extra={"LD_PRELOAD": str(ctx.malloccount), "MALLOCCOUNT_FILE": str(counter)})
+
+            def read() -> int:
+                with open(counter, "rb") as f:
+                    return struct.unpack_from("<Q", f.read(8))[0]
+            for subscribers in (1, 16):
+                log(f"allocations: daemon, fan-out S={subscribers}")
+                box = {}
+                r = run_fanout(ctx, daemon, subscribers, 64, before_pub=lambda: box.update(a=read()))
+                allocations = read() - box["a"]
+                out["daemon"].append({"subscribers": subscribers, "posted": r["posted"], "delivered": r["delivered"],
+                                      "allocs_per_post": round(allocations / max(r["posted"], 1), 3),
+                                      "allocs_per_delivery": round(allocations / max(r["delivered"], 1), 3)})
+            swift = NotifydSwift(ctx)
+            swift.address, swift.pid = daemon.address, daemon.pid
+            log("allocations: Swift library poster and subscriber")
+            r = run_fanout(ctx, swift, 1, 64, pub_env=env, sub_env=env)
+            out["library"].append({"posted": r["posted"], "poster_allocs_per_post": r.get("allocs_per_post"),
+                                   "subscriber_allocs_per_note": r.get("sub_allocs_per_note"), "target": "queue"})
+            r = run_fanout(ctx, swift, 1, 64, pub_system=daemon, sub_env=env, sub_args=("--target", "immediate"))
+            out["library"].append({"posted": r["posted"], "subscriber_allocs_per_note": r.get("sub_allocs_per_note"),
+                                   "target": "immediate"})
+        except Exception as e:  # noqa: BLE001
+            out["daemon_error"] = str(e)[-500:]
+        finally:
+            daemon.stop()
+            notifyd.start()
+    results["allocations"] = out
+
+
+def scenario_profile(ctx: Context, notifyd: System, results: dict) -> None:
+    """Optional (--profile): perf samples of the daemon during fan-out S=16."""
+    if not shutil.which("perf"):
+        results["profile"] = {"error": "perf is not installed (apt-get install linux-perf)"}
+        return
+    log("profile: perf record of notifyd during fan-out S=16")
+    data = ctx.tmp / "perf.data"
+    perf = spawn(["perf", "record", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(notifyd.pid), "-o", str(data)],
+                 stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    run = run_fanout(ctx, notifyd, 16, 64)
+    os.kill(perf.pid, signal.SIGINT)
+    perf.wait(timeout=60)
+    children.remove(perf)
+    report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--stdio", "--percent-limit", "0.7",
+                             "-g", "none", "--sort", "symbol"], capture_output=True, text=True).stdout
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "profile-notifyd-fanout16.txt").write_text(report)
+    results["profile"] = {"file": "Benchmarks/results/profile-notifyd-fanout16.txt",
+                          "delivered_per_s": run.get("delivered_per_s")}
+
+
+# ---------------------------------------------------------------- report
+
+def find(rows, **keys):
+    for r in rows or []:
+        if all(r.get(k) == v for k, v in keys.items()) and "error" not in r:
+            return r
+    return None
+
+
+def ratio(a, b):
+    if a is None or b is None or not b:
+        return None
+    return a / b
+
+
+def evaluate_targets(results: dict, available: dict) -> list[dict]:
+    targets = []
+
+    def add(name, value, threshold, better, note=""):
+        met = None if value is None else (value >= threshold if better == "higher" else value <= threshold)
+        targets.append({"target": name, "value": None if value is None else round(value, 3),
+                        "wanted": (">= " if better == "higher" else "<= ") + f"{threshold:,}",
+                        "threshold": threshold, "met": met, "note": note})
+
+    fan = results.get("fanout", [])
+
+    def rate(system, n, payload=64):
+        r = find(fan, system=system, subscribers=n, payload=payload)
+        return r.get("delivered_per_s") if r else None
+    def cpu(system, n, payload=64):
+        r = find(fan, system=system, subscribers=n, payload=payload)
+        return r.get("server_cpu_us_per_delivery") if r else None
+    for n in (1, 4, 16):
+        c = rate("notifyd-c", n)
+        add(f"fan-out S={n}: notifyd (C client) / C relay", ratio(c, rate("relay", n)), 0.7, "higher")
+        add(f"fan-out S={n}: notifyd (C client) / Redis", ratio(c, rate("redis", n)), 2.0, "higher",
+            "" if available.get("redis") else "Redis skipped")
+        add(f"fan-out S={n}: notifyd (C client) / dbus-broker", ratio(c, rate("dbus-broker", n)), 10.0, "higher",
+            "" if available.get("dbus-broker") else "dbus-broker skipped")
+        add(f"fan-out S={n}: notifyd (Swift library) / Redis", ratio(rate("notifyd-swift", n), rate("redis", n)), 1.0,
+            "higher", "" if available.get("redis") else "Redis skipped")
+        # The steadier view of the same runs: server CPU per delivered notification (informational, no target).
+        targets.append({"target": f"(info) fan-out S={n}: server CPU per delivery, notifyd / Redis; notifyd / relay",
+                        "value": None, "threshold": None, "met": None, "wanted": "",
+                        "note": "; ".join(f"{x:.2f}" if x is not None else "–" for x in
+                                          (ratio(cpu("notifyd-c", n), cpu("redis", n)), ratio(cpu("notifyd-c", n), cpu("relay", n))))})
+    rtt = results.get("rtt", [])
+
+    def p(system, key):
+        r = find(rtt, system=system)
+        return r.get(key) if r else None
+    add("round trip p50: notifyd (C client) / C relay", ratio(p("notifyd-c", "p50_us"), p("relay", "p50_us")), 1.25, "lower")
+    add("round trip p50: notifyd (C client) / Redis", ratio(p("notifyd-c", "p50_us"), p("redis", "p50_us")), 1.0, "lower")
+    add("round trip p99: notifyd (C client) / C relay", ratio(p("notifyd-c", "p99_us"), p("relay", "p99_us")), 1.5, "lower")
+    pats = results.get("patterns", [])
+    none = find(pats, system="notifyd-c", patterns=0)
+    most = max((r for r in pats if r.get("system") == "notifyd-c" and "error" not in r),
+               key=lambda r: r["patterns"], default=None)
+    if none and most and most is not none:
+        add(f"{most['patterns']:,} non-matching patterns: time per post / none",
+            ratio(none["delivered_per_s"], most["delivered_per_s"]), 1.5, "lower")
+    conns = find(results.get("connections", []), system="notifyd-c")
+    add("daemon RSS per idle connection (bytes)", conns.get("bytes_per_connection") if conns else None, 32 * 1024, "lower")
+    add("daemon RSS per subscription (bytes)", conns.get("bytes_per_subscription") if conns else None, 256, "lower")
+    stopped = find(results.get("stopped", []), system="notifyd-c")
+    if stopped:
+        add("SIGSTOPped subscriber: others' throughput / the same fan-out without it (adjacent runs)",
+            stopped.get("ratio_to_adjacent_plain"), 0.9, "higher")
+        add("SIGSTOPped subscriber: others' throughput / scenario 1 (S=4)",
+            ratio(stopped.get("delivered_per_s"), rate("notifyd-c", 4)), 0.9, "higher")
+    return targets
+
+
+def fmt_rate(v):
+    if v is None:
+        return "–"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} M/s"
+    if v >= 1e3:
+        return f"{v / 1e3:.0f} k/s"
+    return f"{v:.0f}/s"
+
+
+def fmt(v, digits=2, suffix=""):
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}{suffix}"
+    return f"{v:,}{suffix}"
+
+
+def render_markdown(data: dict) -> str:
+    meta, res, systems = data["meta"], data["results"], data["systems"]
+    keys = [k for k in systems if systems[k]["available"]]
+    label = {k: v["label"] for k, v in systems.items()}
+    lines = []
+    m = meta["machine"]
+    lines.append(f"Run {meta['date']} · mode `{meta['mode']}` · {meta['duration_s']:.0f} s · "
+                 f"`{meta['command']}`  ")
+    lines.append(f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}  ")
+    v = meta["versions"]
+    lines.append("Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + "  ")
+    skipped = [f"{label[k]} ({systems[k]['reason']})" for k in systems if not systems[k]["available"]]
+    if skipped:
+        lines.append("Skipped: " + "; ".join(skipped) + "  ")
+    lines.append("")
+
+    fan = res.get("fanout", [])
+    if fan:
+        lines.append("**1 · Fan-out** — delivered notifications/s (median of runs where repeated); "
+                     "in brackets: daemon/broker CPU µs per delivered notification")
+        lines.append("")
+        configs = []
+        for r in fan:
+            c = (r["subscribers"], r["payload"])
+            if c not in configs:
+                configs.append(c)
+        lines.append("| S × payload | " + " | ".join(label[k] for k in keys) + " | notifyd C / relay | C / Redis | C / dbus-broker | Swift / Redis |")
+        lines.append("|---|" + "---|" * (len(keys) + 4))
+        for n, payload in configs:
+            cells = []
+            for k in keys:
+                r = find(fan, system=k, subscribers=n, payload=payload)
+                if r is None:
+                    err = next((x.get("error") for x in fan if x.get("system") == k and x.get("subscribers") == n and x.get("payload") == payload), None)
+                    cells.append("error" if err else "–")
+                else:
+                    flag = "" if r.get("complete", True) else " ⚠"
+                    cells.append(f"{fmt_rate(r.get('delivered_per_s'))} ({fmt(r.get('server_cpu_us_per_delivery'), 3)}){flag}")
+
+            def rt(a, b):
+                ra, rb = find(fan, system=a, subscribers=n, payload=payload), find(fan, system=b, subscribers=n, payload=payload)
+                x = ratio(ra and ra.get("delivered_per_s"), rb and rb.get("delivered_per_s"))
+                return "–" if x is None else f"{x:.2f}×"
+            lines.append(f"| {n} × {payload} B | " + " | ".join(cells) + f" | {rt('notifyd-c', 'relay')} | {rt('notifyd-c', 'redis')} | {rt('notifyd-c', 'dbus-broker')} | {rt('notifyd-swift', 'redis')} |")
+        lines.append("")
+
+    rtt = res.get("rtt", [])
+    if rtt:
+        lines.append("**2 · Round trip** (ping → pong through the system, 64 B), µs; median of interleaved runs")
+        lines.append("")
+        lines.append("| system | p50 | p99 | p99.9 | max | samples |")
+        lines.append("|---|---|---|---|---|---|")
+        for r in rtt:
+            if "error" in r:
+                lines.append(f"| {label[r['system']]} | error: {r['error'][:80]} | | | | |")
+            else:
+                lines.append(f"| {label[r['system']]} | {fmt(r['p50_us'], 1)} | {fmt(r['p99_us'], 1)} | {fmt(r['p999_us'], 1)} | {fmt(r['max_us'], 0)} | {r['samples']:,} |")
+        lines.append("")
+
+    names = res.get("names", [])
+    if names:
+        n = names[0].get("names")
+        lines.append(f"**3 · Many names** ({n:,} names, one subscriber each, spread over 4 processes; posts spread over all names)")
+        lines.append("")
+        lines.append("| system | posts delivered/s | server CPU µs/delivery | subscribe time | server RSS after subscribing |")
+        lines.append("|---|---|---|---|---|")
+        for r in names:
+            if "error" in r:
+                lines.append(f"| {label[r['system']]} | error: {r['error'][:100]} | | | |")
+            else:
+                lines.append(f"| {label[r['system']]} | {fmt_rate(r.get('delivered_per_s'))}{'' if r.get('complete') else ' ⚠ incomplete'} | {fmt(r.get('server_cpu_us_per_delivery'), 3)} | {fmt(r.get('subscribe_seconds'), 2, ' s')} | {fmt((r.get('server_rss_kib') or 0) / 1024, 1, ' MiB')} |")
+        lines.append("")
+
+    pats = res.get("patterns", [])
+    if pats:
+        lines.append("**4 · Pattern scaling** (fan-out S=1, 64 B, while N non-matching pattern subscriptions exist)")
+        lines.append("")
+        lines.append("| system | patterns | delivered/s | server CPU µs/delivery | time per post vs none |")
+        lines.append("|---|---|---|---|---|")
+        for r in pats:
+            if "error" in r:
+                lines.append(f"| {label[r['system']]} | {r['patterns']:,} | error: {r['error'][:80]} | | |")
+                continue
+            base = find(pats, system=r["system"], patterns=0)
+            x = ratio(base and base.get("delivered_per_s"), r.get("delivered_per_s"))
+            lines.append(f"| {label[r['system']]} | {r['patterns']:,} | {fmt_rate(r.get('delivered_per_s'))} | {fmt(r.get('server_cpu_us_per_delivery'), 3)} | {'–' if x is None else f'{x:.2f}×'} |")
+        lines.append("")
+
+    stopped = res.get("stopped", [])
+    if stopped:
+        lines.append("**5 · A SIGSTOPped subscriber during fan-out** (4 reading subscribers + 1 stopped, 64 B)")
+        lines.append("")
+        lines.append("| system | others' delivered/s | vs the same fan-out without it (before/after, same instance) | vs scenario 1 (S=4) | server peak RSS (VmHWM) | RSS growth | stopped subscriber after SIGCONT |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in stopped:
+            if "error" in r:
+                lines.append(f"| {label[r['system']]} | error: {r['error'][:80]} | | | | | |")
+                continue
+            base = find(fan, system=r["system"], subscribers=4, payload=64)
+            x = ratio(r.get("delivered_per_s"), base and base.get("delivered_per_s"))
+            victim = r.get("stopped_subscriber") or {}
+            vtext = f"received {victim.get('received', '?'):,}" if isinstance(victim.get("received"), int) else "?"
+            if victim.get("lost"):
+                vtext += f", {victim['lost']:,} merged/dropped reported"
+            if victim.get("error"):
+                vtext += f", {victim['error'][:60]}"
+            growth = None
+            if r.get("peak_rss_kib") and r.get("rss_before_kib"):
+                growth = (r["peak_rss_kib"] - r["rss_before_kib"]) / 1024
+            adj = r.get("ratio_to_adjacent_plain")
+            lines.append(f"| {label[r['system']]} | {fmt_rate(r.get('delivered_per_s'))} | {'–' if adj is None else f'{adj:.0%}'} | {'–' if x is None else f'{x:.0%}'} | {fmt((r.get('peak_rss_kib') or 0) / 1024, 1, ' MiB')} | {fmt(growth, 1, ' MiB')} | {vtext} |")
+        lines.append("")
+
+    conns = res.get("connections", [])
+    if conns:
+        lines.append("**6 · Connections** (idle connections × 10 subscriptions each; server RSS deltas)")
+        lines.append("")
+        lines.append("| system | connections | RSS per connection | RSS per subscription | connect + subscribe + disconnect /s |")
+        lines.append("|---|---|---|---|---|")
+        for r in conns:
+            if "error" in r:
+                lines.append(f"| {label[r['system']]} | error: {r['error'][:80]} | | | |")
+                continue
+            lines.append(f"| {label[r['system']]} | {r['connections']:,} | {fmt(r.get('bytes_per_connection'), 0, ' B')} | {fmt(r.get('bytes_per_subscription'), 0, ' B')} | {fmt(r.get('churn_per_s'), 0)} |")
+        lines.append("")
+
+    inproc = res.get("inproc", [])
+    if inproc:
+        lines.append("**7 · In-process delivery through the Swift library** (64 B)")
+        lines.append("")
+        lines.append("| path | handler target | notifications/s |")
+        lines.append("|---|---|---|")
+        for r in inproc:
+            path = "daemon → library I/O thread → handler (C poster)" if r["mode"] == "daemon" else "`self.` name, post → handler, no daemon"
+            lines.append(f"| {path} | {r['target']} | {fmt_rate(r.get('delivered_per_s')) if 'error' not in r else 'error'} |")
+        lines.append("")
+
+    allocs = res.get("allocations")
+    if allocs:
+        lines.append("**Allocations** (heap allocations counted with `libmalloccount.so`)")
+        lines.append("")
+        lines.append("| path | allocations | time |")
+        lines.append("|---|---|---|")
+        for r in allocs.get("micro", []):
+            lines.append(f"| {r['case']} | {fmt(r.get('allocs_per_op'), 2)} per op | {fmt(r.get('ns_per_op'), 0)} ns/op |")
+        for r in allocs.get("daemon", []):
+            lines.append(f"| notifyd daemon, fan-out S={r['subscribers']} (decode + route + encode + write) | {fmt(r['allocs_per_post'], 2)} per post, {fmt(r['allocs_per_delivery'], 2)} per delivery | |")
+        for r in allocs.get("library", []):
+            if r.get("poster_allocs_per_post") is not None:
+                lines.append(f"| Swift library poster (`post`) | {fmt(r['poster_allocs_per_post'], 2)} per post | |")
+            lines.append(f"| Swift library subscriber, target {r['target']} | {fmt(r.get('subscriber_allocs_per_note'), 2)} per notification | |")
+        lines.append("")
+
+    vectors = res.get("protocol_vectors")
+    if vectors:
+        lines.append(f"C client decoder against `protocol/vectors`: {vectors.get('summary')}")
+        lines.append("")
+    targets = data.get("targets", [])
+    if targets:
+        lines.append("**Targets** (ratios from this run)")
+        lines.append("")
+        lines.append("| target | measured | wanted | |")
+        lines.append("|---|---|---|---|")
+        for t in targets:
+            mark = "–" if t["met"] is None else ("met" if t["met"] else "**missed**")
+            value = "–" if t["value"] is None else f"{t['value']:,}"
+            wanted = t["wanted"].replace(">=", "≥").replace("<=", "≤")
+            if t["target"].startswith("(info)"):
+                lines.append(f"| {t['target'][7:]} | {t['note']} | (lower is better for notifyd) | info |")
+                continue
+            lines.append(f"| {t['target']} | {value} | {wanted} | {mark}{(' — ' + t['note']) if t['note'] else ''} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def update_benchmarks_md(markdown: str) -> None:
+    doc = BENCH / "BENCHMARKS.md"
+    if not doc.exists():
+        return
+    text = doc.read_text()
+    begin, end = "<!-- results:begin -->", "<!-- results:end -->"
+    if begin not in text or end not in text:
+        return
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{begin}\n{markdown}\n{end}{tail}")
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) / (1024 * 1024)
+    except OSError:
+        mem = 0
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1), "kernel": platform.release()}
+
+
+def versions(ctx: Context) -> dict:
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "Sources", "Package.swift"],
+                           capture_output=True, text=True).stdout.strip()
+    return {
+        "notifyd": f"{version_of([str(ctx.notifyd), '--version']) or '?'} ({rev}{'+uncommitted' if dirty else ''}, {ctx.config})",
+        "swift": version_of(["swift", "--version"], r"Swift version (\S+)"),
+        "redis": version_of(["redis-server", "--version"], r"v=(\S+)"),
+        "hiredis": pkg_version("hiredis"),
+        "dbus-broker": version_of(["dbus-broker", "--version"], r"(\d+)"),
+        "dbus-daemon": version_of(["dbus-daemon", "--version"]),
+        "libsystemd": pkg_version("libsystemd"),
+        "gcc": version_of(["gcc", "--version"], r"(\d+\.\d+\.\d+)"),
+    }
+
+
+# ---------------------------------------------------------------- main
+
+ALL_SCENARIOS = ["fanout", "rtt", "names", "patterns", "stopped", "connections", "inproc", "allocations"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny counts, debug build: checks that everything runs")
+    parser.add_argument("--quick", action="store_true", help="shorter run (also BENCH_QUICK=1)")
+    parser.add_argument("--config", default=None, help="swift build configuration (default: release; debug for --smoke)")
+    parser.add_argument("--scratch-path", default=None, help="swift build scratch path (default .build-bench; .build for --smoke)")
+    parser.add_argument("--no-swift-build", action="store_true", help="use the existing Swift build")
+    parser.add_argument("--systems", default="", help="comma-separated subset of: " + ",".join(c.key for c in SYSTEM_CLASSES))
+    parser.add_argument("--scenarios", default="", help="comma-separated subset of: " + ",".join(ALL_SCENARIOS))
+    parser.add_argument("--profile", action="store_true", help="also record a perf profile of notifyd (fan-out S=16)")
+    parser.add_argument("--alt-bin", default=None,
+                        help="a bin directory with another build of notifyd (and notify-bench): runs it as the extra "
+                             "systems notifyd-c-alt / notifyd-swift-alt, for before/after comparisons")
+    parser.add_argument("--output", default=None, help="results directory (default Benchmarks/results; smoke: a temp dir)")
+    args = parser.parse_args()
+    args.mode = "smoke" if args.smoke else ("quick" if args.quick or os.environ.get("BENCH_QUICK") == "1" else "full")
+    args.config = args.config or ("debug" if args.smoke else "release")
+    args.scratch_path = args.scratch_path or (".build" if args.smoke else ".build-bench")
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    started = time.time()
+    ctx = Context(args)
+    build(ctx)
+    # RLIMIT_NOFILE is per process: the server needs one descriptor per connection, each client process its share.
+    if hard < ctx.settings.idle_connections + 200:
+        ctx.settings.idle_connections = max(100, (hard - 200) // 1000 * 1000)
+        log(f"RLIMIT_NOFILE hard limit is {hard}: using {ctx.settings.idle_connections} idle connections")
+
+    wanted_systems = [s for s in args.systems.split(",") if s]
+    wanted_scenarios = [s for s in args.scenarios.split(",") if s] or ALL_SCENARIOS
+    systems: list[System] = []
+    availability = {}
+    for cls in SYSTEM_CLASSES + (ALT_CLASSES if ctx.alt_bin else []):
+        system = cls(ctx)
+        if wanted_systems and cls.key not in wanted_systems:
+            continue
+        if args.smoke and cls.key not in ("notifyd-c", "notifyd-swift", "relay"):
+            ok, reason = system.available()
+            if ok:
+                ok, reason = False, "not run by the smoke test"
+        else:
+            ok, reason = system.available()
+        availability[cls.key] = {"label": cls.label, "available": ok, "reason": reason}
+        if ok:
+            systems.append(system)
+        else:
+            log(f"skipping {cls.label}: {reason}")
+
+    # Systems that share a server process share one running instance.
+    servers: dict[str, System] = {}
+    try:
+        for system in systems:
+            if system.server in servers:
+                owner = servers[system.server]
+                system.address, system.pid = owner.address, owner.pid
+                continue
+            log(f"starting {system.server}")
+            try:
+                system.start()
+                servers[system.server] = system
+            except Exception as e:  # noqa: BLE001
+                availability[system.key].update(available=False, reason=f"failed to start: {e}")
+                log(f"cannot start {system.label}: {e}")
+        systems = [s for s in systems if availability[s.key]["available"]]
+        for system in systems:
+            if system.server in servers and servers[system.server] is not system:
+                owner = servers[system.server]
+                system.address, system.pid = owner.address, owner.pid
+                system.owner = owner
+
+        def refresh():
+            for system in systems:
+                owner = servers.get(system.server)
+                if owner is not None and owner is not system:
+                    system.address, system.pid = owner.address, owner.pid
+
+        results: dict = {}
+        # The C client's decoder against protocol/vectors: the spec alone was enough to write it.
+        vec = subprocess.run([str(ctx.vectors), str(ROOT / "protocol" / "vectors")], capture_output=True, text=True)
+        results["protocol_vectors"] = {"ok": vec.returncode == 0, "summary": vec.stdout.strip(),
+                                       "failures": vec.stderr.strip()[-2000:]}
+        log(vec.stdout.strip())
+        notifyd = servers.get("notifyd")
+        plan = {
+            "fanout": lambda: scenario_fanout(ctx, systems, results),
+            "rtt": lambda: scenario_rtt(ctx, systems, results),
+            "names": lambda: scenario_names(ctx, systems, results),
+            "patterns": lambda: scenario_patterns(ctx, systems, results),
+            "stopped": lambda: scenario_stopped(ctx, systems, results),
+            "connections": lambda: scenario_connections(ctx, systems, results),
+            "inproc": lambda: scenario_inproc(ctx, notifyd, results),
+            "allocations": lambda: scenario_allocations(ctx, notifyd, results),
+        }
+        for name in wanted_scenarios:
+            refresh()
+            plan[name]()
+            refresh()
+        if args.profile and notifyd is not None:
+            refresh()
+            scenario_profile(ctx, notifyd, results)
+    finally:
+        kill_all_children()
+        for system in list(servers.values()):
+            try:
+                if isinstance(system, DbusBroker):
+                    system.shutdown()
+                else:
+                    system.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        for system in systems:
+            if isinstance(system, DbusBroker) and system not in servers.values():
+                system.shutdown()
+
+    data = {
+        "meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "mode": args.mode,
+            "command": os.environ.get("BENCH_COMMAND") or " ".join(["python3", "Benchmarks/run.py", *sys.argv[1:]]),
+            "duration_s": round(time.time() - started, 1),
+            "machine": machine_info(),
+            "versions": versions(ctx),
+            "settings": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(ctx.settings).items()},
+        },
+        "systems": availability,
+        "results": results,
+    }
+    # A smoke run (debug build, tiny counts) makes no performance claims.
+    data["targets"] = [] if args.smoke else evaluate_targets(results, {k: v["available"] for k, v in availability.items()})
+    markdown = render_markdown(data)
+    out_dir = Path(args.output) if args.output else (ctx.tmp / "results" if args.smoke else RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "latest.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out_dir / "latest.md").write_text(markdown + "\n")
+    if not args.smoke and not args.output:
+        update_benchmarks_md(markdown)
+    print(markdown)
+    log(f"{'smoke run finished' if args.smoke else f'results in {out_dir}'} ({time.time() - started:.0f} s)")
+    failures = smoke_failures(data) if args.smoke else []
+    if not args.smoke:
+        shutil.rmtree(ctx.tmp, ignore_errors=True)
+    if failures:
+        for f in failures:
+            print(f"bench-smoke: FAILED {f}", file=sys.stderr)
+        print(f"bench-smoke: 0 passed, {len(failures)} failed")
+        return 1
+    if args.smoke:
+        count = sum(len(v) if isinstance(v, list) else 1 for v in results.values())
+        print(f"bench-smoke: {count} passed, 0 failed")
+        shutil.rmtree(ctx.tmp, ignore_errors=True)
+    return 0
+
+
+def smoke_failures(data: dict) -> list[str]:
+    """The smoke test checks that every scenario ran and delivered everything, not how fast."""
+    failures = []
+    res = data["results"]
+    for key in ("fanout", "rtt", "names", "patterns", "stopped", "connections", "inproc"):
+        for r in res.get(key, []):
+            who = f"{key} {r.get('system', '')} {r.get('target', '')}".strip()
+            if "error" in r:
+                failures.append(f"{who}: {r['error'][:300]}")
+            elif key in ("fanout", "names", "patterns") and not r.get("complete"):
+                failures.append(f"{who}: not everything was delivered ({r.get('delivered')} of {r.get('expected')})")
+            elif key == "connections" and r.get("connections") != r.get("connections_requested"):
+                failures.append(f"{who}: {r.get('connections')} connections")
+    vectors = res.get("protocol_vectors", {})
+    if not vectors.get("ok"):
+        failures.append(f"protocol vectors: {vectors.get('summary')} {vectors.get('failures', '')[:500]}")
+    allocs = res.get("allocations", {})
+    if not allocs.get("micro"):
+        failures.append(f"allocations: micro-benchmark produced nothing ({allocs.get('micro_error', '')[:200]})")
+    if allocs.get("daemon_error"):
+        failures.append(f"allocations: {allocs['daemon_error'][:300]}")
+    return failures
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        kill_all_children()
+        sys.exit(130)
