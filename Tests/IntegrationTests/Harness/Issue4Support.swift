@@ -6,7 +6,6 @@ import Musl
 import Foundation
 import NIOCore
 import NotifyWire
-import Synchronization
 import Testing
 
 // Helpers for the issue 4 integration tests: a daemon started with extra options, fast raw-protocol posters and
@@ -272,10 +271,10 @@ func issue4Deadline<T: Sendable>(
 
 /// Resumes a continuation the first time only.
 final class ResumeOnce<T: Sendable>: Sendable {
-    private let continuation: Mutex<CheckedContinuation<T, any Error>?>
+    private let continuation: Locked<CheckedContinuation<T, any Error>?>
 
     init(_ continuation: CheckedContinuation<T, any Error>) {
-        self.continuation = Mutex(continuation)
+        self.continuation = Locked(continuation)
     }
 
     @discardableResult
@@ -354,13 +353,10 @@ struct Flood: Sendable {
         self.total = total
     }
 
-    /// Posts everything fire-and-forget on a fresh connection, in large writes, then waits for the `PONG` of a
-    /// final `PING`: when this returns, the daemon has processed (fanned out) every post. Fails if the daemon
-    /// answers anything but `WELCOME` and `PONG`.
-    ///
-    /// - Parameter window: when set, the poster also sends a `PING` after every `window` posts and waits for its
-    ///   `PONG` before going on (it never has more than `window` posts in flight); `nil` posts at full speed.
-    func post(to path: String, window: Int? = nil) throws {
+    /// Posts everything fire-and-forget on a fresh connection at full speed, in large writes, then waits for the
+    /// `PONG` of a final `PING`: when this returns, the daemon has processed (fanned out) every post. Fails if the
+    /// daemon answers anything but `WELCOME` and `PONG`.
+    func post(to path: String) throws {
         let connection = try WireConnection(path: path)
         try connection.hello("issue4-flood-poster")
         let encodedNames = names.map { Array($0.utf8) }
@@ -377,14 +373,9 @@ struct Flood: Sendable {
             batch.append(contentsOf: name)
             batch.append(contentsOf: [0, 0, 0, UInt8(payload.count)])
             batch.append(contentsOf: payload)
-            let endOfWindow = window.map { (index + 1) % $0 == 0 } ?? false
-            if batch.count >= 1 << 18 || index == total - 1 || endOfWindow {
+            if batch.count >= 1 << 18 || index == total - 1 {
                 try batch.withUnsafeBytes { try connection.write($0) }
                 batch.removeAll(keepingCapacity: true)
-            }
-            if endOfWindow {
-                let reply = try connection.request { .ping(requestID: $0) }
-                guard case .pong = reply else { throw HarnessError("the poster expected PONG, got \(reply)") }
             }
         }
         let reply = try connection.request { .ping(requestID: $0) }
@@ -405,8 +396,8 @@ struct FloodReception: Sendable {
 
 /// A subscriber of every name of a flood on a raw connection: it must receive every post, in order.
 final class FloodReader: Sendable {
-    private let state = Mutex(FloodReception())
-    private let readySignal = Mutex(false)
+    private let state = Locked(FloodReception())
+    private let readySignal = Locked(false)
 
     var reception: FloodReception { state.withLock { $0 } }
     var isReady: Bool { readySignal.withLock { $0 } }

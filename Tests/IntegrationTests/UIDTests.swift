@@ -1,0 +1,267 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+import NotifyWire
+import Testing
+
+extension Integration {
+    /// Issue 4 access control with the real daemon and clients of different uids: `notifyctl` run through
+    /// `setpriv` as uid 65534 (nobody) and 1001, raw connections whose thread takes another uid for `connect(2)`.
+    @Suite("issue 4: clients of different uids")
+    struct UIDTests {
+        static let nobody: (uid: UInt32, gid: UInt32) = (65_534, 65_534)
+        static let other: (uid: UInt32, gid: UInt32) = (1_001, 1_001)
+
+        @Test("user.<uid>. names: the owner and root may post, another uid is refused naming the built-in rule, anyone may observe")
+        func userNames() async throws {
+            try await withIntegrationScope { scope in
+                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666"])
+                let socket = ["--socket", scope.socketPath]
+                let listen = try scope.launchAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["listen", "user.65534.>", "--json", "--count", "2"] + socket)
+                try await listen.waitForLine(containing: "listening for", on: .stderr)
+
+                let own = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", "user.65534.inbox", "from nobody"] + socket)
+                #expect(own.termination == .exited(0), "\(own.diagnostics)")
+                let denied = try await scope.runAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["post", "user.65534.inbox", "from 1001"] + socket)
+                #expect(denied.termination == .exited(1), "\(denied.diagnostics)")
+                #expect(
+                    denied.stderrText.contains(
+                        "permission-denied): permission denied: only uid 65534 and root may post names under 'user.65534.' (built-in rule); you are uid 1001"),
+                    "\(denied.diagnostics)")
+                let byRoot = try await scope.run(.notifyctl, ["post", "user.65534.inbox", "from root"] + socket)
+                #expect(byRoot.termination == .exited(0), "\(byRoot.diagnostics)")
+
+                #expect(try await listen.waitForExit() == .exited(0), "\(listen.diagnostics)")
+                let lines = try listen.stdoutLines.map(ListenLine.init)
+                #expect(lines.map(\.payload) == ["from nobody", "from root"], "the refused post reached nobody")
+                #expect(lines.map(\.uid) == [65_534, 0], "sender uids from the kernel")
+
+                // The same rule for state values; anyone may read them.
+                let setOwn = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["state", "set", "user.65534.level", "3"] + socket)
+                #expect(setOwn.termination == .exited(0), "\(setOwn.diagnostics)")
+                let setOther = try await scope.runAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["state", "set", "user.65534.level", "4"] + socket)
+                #expect(setOther.termination == .exited(1), "\(setOther.diagnostics)")
+                #expect(setOther.stderrText.contains("may set the state of names under 'user.65534.' (built-in rule)"), "\(setOther.diagnostics)")
+                let get = try await scope.runAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["state", "get", "user.65534.level"] + socket)
+                #expect(get.stdoutLines == ["3"], "\(get.diagnostics)")
+                let setOwn1001 = try await scope.runAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["state", "set", "user.1001.level", "5"] + socket)
+                #expect(setOwn1001.termination == .exited(0), "\(setOwn1001.diagnostics)")
+                try await scope.stopIssue4Daemon(daemon)
+            }
+        }
+
+        @Test("clients: root sees every connection, another uid only its own; status and names are open to everyone")
+        func clientsVisibility() async throws {
+            try await withIntegrationScope { scope in
+                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666"])
+                let socket = ["--socket", scope.socketPath]
+                let rootListener = try scope.launch(.notifyctl, ["listen", "org.example.root"] + socket)
+                let nobodyListener = try scope.launchAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["listen", "org.example.nobody"] + socket)
+                defer { nobodyListener.send(SIGKILL) }
+                try await rootListener.waitForLine(containing: "listening for", on: .stderr)
+                try await nobodyListener.waitForLine(containing: "listening for", on: .stderr)
+
+                let asOther = try await scope.runAs(uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["clients", "--json"] + socket)
+                let seenByOther = try jsonArray(printedBy: asOther)
+                #expect(seenByOther.map { $0["uid"] as? Int } == [1_001], "only its own connection\n\(asOther.diagnostics)")
+                #expect(seenByOther.first?["pid"] as? Int != Int(rootListener.pid))
+
+                let asNobody = try await scope.runAs(uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["clients", "--json"] + socket)
+                let seenByNobody = try jsonArray(printedBy: asNobody)
+                #expect(seenByNobody.allSatisfy { $0["uid"] as? Int == 65_534 }, "\(asNobody.diagnostics)")
+                #expect(seenByNobody.contains { $0["subscriptions"] as? Int == 1 }, "nobody's listener is listed")
+                #expect(seenByNobody.count == 2)
+
+                let asRoot = try await scope.run(.notifyctl, ["clients", "--json"] + socket)
+                let seenByRoot = try jsonArray(printedBy: asRoot)
+                let uids = Set(seenByRoot.compactMap { $0["uid"] as? Int })
+                #expect(uids.isSuperset(of: [0, 65_534]), "root sees every uid: \(uids)")
+                #expect(seenByRoot.contains { $0["pid"] as? Int == Int(rootListener.pid) })
+
+                for command in [["status", "--json"], ["names", "--json"]] {
+                    let run = try await scope.runAs(uid: Self.other.uid, gid: Self.other.gid, .notifyctl, command + socket)
+                    #expect(run.termination == .exited(0), "\(run.diagnostics)")
+                }
+                let names = try jsonArray(
+                    printedBy: try await scope.runAs(uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["names", "--json"] + socket))
+                #expect(names.compactMap { $0["name"] as? String } == ["org.example.nobody", "org.example.root"])
+                nobodyListener.send(SIGTERM)
+                rootListener.send(SIGTERM)
+                try await scope.stopIssue4Daemon(daemon)
+            }
+        }
+
+        @Test("connections-per-uid (default 256): the next connection of that uid gets ERROR quota-exceeded and is closed; another uid and root are not limited")
+        func connectionQuota() async throws {
+            try await withIntegrationScope { scope in
+                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666"])
+                let path = scope.socketPath
+                let outcome = try await onThread("issue4-connection-quota") { () -> [String] in
+                    var problems: [String] = []
+                    var open: [WireConnection] = []
+                    for index in 0..<256 {
+                        let connection = try WireConnection(path: path, uid: Self.other.uid, gid: Self.other.gid, receiveTimeoutSeconds: 20)
+                        do {
+                            try connection.hello("uid-1001-\(index)")
+                        } catch {
+                            problems.append("connection \(index + 1) of uid 1001 was refused: \(error)")
+                            break
+                        }
+                        open.append(connection)
+                    }
+                    let refused = try WireConnection(path: path, uid: Self.other.uid, gid: Self.other.gid, receiveTimeoutSeconds: 20)
+                    let frame = try refused.nextFrame()
+                    guard case .error(let error) = frame else {
+                        return problems + ["connection 257 of uid 1001: expected ERROR quota-exceeded, got \(frame)"]
+                    }
+                    if error.code != .quotaExceeded || !error.closesConnection || error.requestID != 0 {
+                        problems.append("connection 257: \(error)")
+                    }
+                    if error.message != "uid 1001 already has the maximum of 256 connections" {
+                        problems.append("connection 257: message '\(error.message)'")
+                    }
+                    do {
+                        let after = try refused.nextFrame()
+                        problems.append("connection 257: a frame after the closing ERROR: \(after)")
+                    } catch {
+                        // End of file: closed, as it should be.
+                    }
+                    // Another uid and root are not limited by uid 1001's connections.
+                    let nobody = try WireConnection(path: path, uid: Self.nobody.uid, gid: Self.nobody.gid, receiveTimeoutSeconds: 20)
+                    try nobody.hello("nobody")
+                    var roots: [WireConnection] = []
+                    for index in 0..<300 {
+                        let root = try WireConnection(path: path, receiveTimeoutSeconds: 20)
+                        try root.hello("root-\(index)")
+                        roots.append(root)
+                    }
+                    let status = try roots[0].query(Introspection.Status.self, .status)
+                    if status.connections != 256 + 1 + 300 { problems.append("status reports \(status.connections) connections") }
+                    withExtendedLifetime((open, roots)) {}
+                    return problems
+                }
+                #expect(outcome.isEmpty, "\(outcome)")
+                try await scope.stopIssue4Daemon(daemon)
+            }
+        }
+
+        @Test("--config: reserved prefixes and quotas apply to every uid, denials name the rule, SIGHUP re-reads the file")
+        func configurationFile() async throws {
+            try await withIntegrationScope { scope in
+                let config = scope.directory + "/notifyd.conf"
+                try """
+                    # issue 4 integration test
+                    reserve org.freedesktop.network.> owner=root group=root post=owner observe=all
+                    reserve com.example.private owner=65534 group=65534 post=owner observe=owner
+                    quota connections-per-uid 3
+                    """.write(toFile: config, atomically: true, encoding: .utf8)
+                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666", "--config", config])
+                defer { daemon.send(SIGKILL) }
+                let socket = ["--socket", scope.socketPath]
+                let listen = try scope.launchAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl,
+                    ["listen", "org.freedesktop.network.>", "--json", "--count", "1"] + socket)
+                try await listen.waitForLine(containing: "listening for", on: .stderr)
+                let denied = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", "org.freedesktop.network.up"] + socket)
+                #expect(denied.termination == .exited(1), "\(denied.diagnostics)")
+                #expect(
+                    denied.stderrText.contains(
+                        "root may post names under 'org.freedesktop.network' (rule at \(config):2); you are uid 65534"),
+                    "\(denied.diagnostics)")
+                let byRoot = try await scope.run(.notifyctl, ["post", "org.freedesktop.network.up", "eth0"] + socket)
+                #expect(byRoot.termination == .exited(0), "\(byRoot.diagnostics)")
+                #expect(try await listen.waitForExit() == .exited(0), "everyone may observe\n\(listen.diagnostics)")
+
+                // Observing a prefix reserved with observe=owner, and the connections quota of the file, from raw
+                // connections (uid 1002 has no other connection, so the count is exact).
+                let path = scope.socketPath
+                let rule3 = "(rule at \(config):3)"
+                let problems = try await onThread("issue4-config-raw") { () -> [String] in
+                    var problems: [String] = []
+                    let outsider = try WireConnection(path: path, uid: 1_002, gid: 1_002, receiveTimeoutSeconds: 20)
+                    try outsider.hello("outsider")
+                    let reply = try outsider.request {
+                        .subscribe(ClientFrame.Subscribe(requestID: $0, subscriptionID: 1, pattern: "com.example.private.x"))
+                    }
+                    if case .error(let error) = reply, error.code == .permissionDenied, error.message.contains(rule3) {
+                    } else {
+                        problems.append("SUBSCRIBE com.example.private.x as uid 1002: \(reply)")
+                    }
+                    var open = [outsider]
+                    for index in 0..<2 {
+                        let connection = try WireConnection(path: path, uid: 1_002, gid: 1_002, receiveTimeoutSeconds: 20)
+                        try connection.hello("uid-1002-\(index)")
+                        open.append(connection)
+                    }
+                    let refused = try WireConnection(path: path, uid: 1_002, gid: 1_002, receiveTimeoutSeconds: 20)
+                    let frame = try refused.nextFrame()
+                    if case .error(let error) = frame, error.code == .quotaExceeded,
+                        error.message == "uid 1002 already has the maximum of 3 connections"
+                    {
+                    } else {
+                        problems.append("the 4th connection of uid 1002: \(frame)")
+                    }
+                    withExtendedLifetime(open) {}
+                    return problems
+                }
+                #expect(problems.isEmpty, "\(problems)")
+
+                // SIGHUP re-reads the file: now everyone may post under org.freedesktop.network.
+                try """
+                    reserve org.freedesktop.network.> owner=root group=root post=all observe=all
+                    """.write(toFile: config, atomically: true, encoding: .utf8)
+                daemon.send(SIGHUP)
+                try await daemon.waitForLine(containing: "configuration reloaded", on: .stderr)
+                let allowed = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", "org.freedesktop.network.up"] + socket)
+                #expect(allowed.termination == .exited(0), "the reloaded rule applies\n\(allowed.diagnostics)")
+                // A file that no longer parses leaves the previous configuration in force.
+                try "reserve org.freedesktop.network.> post=never\n".write(toFile: config, atomically: true, encoding: .utf8)
+                daemon.send(SIGHUP)
+                try await daemon.waitForLine(containing: "configuration not reloaded", on: .stderr)
+                let stillAllowed = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", "org.freedesktop.network.up"] + socket)
+                #expect(stillAllowed.termination == .exited(0), "\(stillAllowed.diagnostics)")
+            }
+        }
+
+        @Test("--config: a file that does not parse stops notifyd at start with an error naming FILE:LINE")
+        func configurationErrors() async throws {
+            try await withIntegrationScope { scope in
+                let bad = scope.directory + "/bad.conf"
+                try "reserve org.example\nreserve org.example post=sometimes\n".write(toFile: bad, atomically: true, encoding: .utf8)
+                let failed = try await scope.run(.notifyd, ["--socket", scope.socketPath, "--config", bad])
+                #expect(failed.termination == .exited(1), "\(failed.diagnostics)")
+                #expect(failed.stderrText.contains("\(bad):2: 'sometimes' is not a permission"), "\(failed.diagnostics)")
+                #expect(!UnixSocket.fileExists(at: scope.socketPath), "it never listened")
+                let missing = try await scope.run(.notifyd, ["--socket", scope.socketPath, "--config", scope.directory + "/missing.conf"])
+                #expect(missing.termination == .exited(1), "\(missing.diagnostics)")
+                #expect(missing.stderrText.contains("missing.conf"), "\(missing.diagnostics)")
+            }
+        }
+
+        @Test("--config: notifyd still stops cleanly on SIGTERM")
+        func configurationShutdown() async throws {
+            try await withIntegrationScope { scope in
+                let config = scope.directory + "/notifyd.conf"
+                try "reserve org.example post=owner\n".write(toFile: config, atomically: true, encoding: .utf8)
+                let daemon = try await scope.startIssue4Daemon(["--config", config])
+                daemon.send(SIGTERM)
+                let end = try await daemon.waitForExit(timeout: 15)
+                #expect(end == .exited(0), "\(daemon.diagnostics)")
+            }
+        }
+    }
+}

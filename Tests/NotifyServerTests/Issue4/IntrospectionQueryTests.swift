@@ -1,0 +1,143 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import NIOCore
+import NotifyWire
+import Testing
+
+@testable import NotifyServer
+
+/// Issue 4, introspection over the protocol (PROTOCOL.md § 6.10, § 11.3).
+@Suite("Issue 4: introspection queries", .timeLimit(.minutes(1)))
+struct Issue4IntrospectionQueryTests {
+    static let statusKeys: Set<String> = [
+        "version", "instance_id", "pid", "uptime_seconds", "connections", "subscriptions", "subscribed_names", "patterns",
+        "state_names", "retained_names", "posts", "deliveries", "posts_per_second", "deliveries_per_second", "merged",
+        "dropped", "slow_consumer_disconnects", "resident_memory_bytes", "outbound_bytes", "held_bytes",
+    ]
+    static let clientKeys: Set<String> = [
+        "connection", "pid", "uid", "gid", "command", "client_name", "subscriptions", "pending_bytes", "held_bytes",
+        "suspended", "merged", "dropped",
+    ]
+
+    @Test("status: every documented key, with values that follow what the clients did")
+    func status() async throws {
+        try await withIssue4Server { server in
+            let alice = try await server.connect("alice", as: .alice)
+            let welcome = try await RawPeer.connect(to: server.socketPath, label: "bob", as: .bob)
+            let bobWelcome = try await welcome.hello()
+            let bob = welcome
+            try await alice.subscribe("org.example.a", id: 1)
+            try await alice.subscribe("org.example.a", id: 2)
+            try await alice.subscribe("org.example.>", id: 3)
+            try await bob.subscribe("org.example.b", id: 1)
+            try await bob.subscribe("org.example.>", id: 2)
+            try await bob.setState("org.example.level", 3)
+            try await bob.post("org.example.a", "1", retain: true)
+            try await bob.post("org.example.c", "2")
+            try await bob.post("org.other", "3")
+            _ = try await alice.barrier()
+            _ = try await bob.barrier()
+
+            let object = try #require(try await alice.queryJSON(.status) as? [String: Any])
+            #expect(Set(object.keys) == Self.statusKeys)
+            let status = try await alice.query(Introspection.Status.self, .status)
+            #expect(status.version == NotifyServer.version)
+            #expect(status.instanceID == bobWelcome.instanceID.description)
+            #expect(status.instanceID.count == 32 && status.instanceID.allSatisfy(\.isHexDigit))
+            #expect(status.pid == UInt32(getpid()))
+            #expect(status.uptimeSeconds >= 0)
+            #expect(status.connections == 2)
+            #expect(status.subscriptions == 5)
+            #expect(status.subscribedNames == 2, "org.example.a and org.example.b")
+            #expect(status.patterns == 2, "org.example.> on two connections")
+            #expect(status.stateNames == 1)
+            #expect(status.retainedNames == 1)
+            #expect(status.posts == 3)
+            #expect(status.deliveries == 4, "org.example.a to both, org.example.c to both, org.other to none")
+            #expect(status.merged == 0 && status.dropped == 0 && status.slowConsumerDisconnects == 0)
+            #expect(status.residentMemoryBytes > 1_000_000)
+            #expect(status.outboundBytes == 0 && status.heldBytes == 0)
+        }
+    }
+
+    @Test("names: exact subscribers, state (absent when none) and retained flag, sorted, filtered by a pattern")
+    func names() async throws {
+        try await withIssue4Server { server in
+            let alice = try await server.connect("alice", as: .alice)
+            let bob = try await server.connect("bob", as: .bob)
+            try await alice.subscribe("org.example.b", id: 1)
+            try await bob.subscribe("org.example.b", id: 1)
+            try await bob.subscribe("org.example.b", id: 2)
+            try await bob.subscribe("org.example.only.pattern.>", id: 3)
+            try await alice.setState("org.example.a", 1)
+            try await alice.post("org.example.c", "x", retain: true)
+            try await alice.setState("net.example", 2)
+
+            let all = try await bob.query([Introspection.Name].self, .names)
+            #expect(
+                all == [
+                    .init(name: "net.example", subscribers: 0, state: 2, hasRetained: false),
+                    .init(name: "org.example.a", subscribers: 0, state: 1, hasRetained: false),
+                    .init(name: "org.example.b", subscribers: 2, state: nil, hasRetained: false),
+                    .init(name: "org.example.c", subscribers: 0, state: nil, hasRetained: true),
+                ])
+            let filtered = try await bob.query([Introspection.Name].self, .names, "org.example.*")
+            #expect(filtered.map(\.name) == ["org.example.a", "org.example.b", "org.example.c"])
+            #expect(try await bob.query([Introspection.Name].self, .names, "nothing.>").isEmpty)
+
+            let raw = try #require(try await bob.queryJSON(.names, "org.example.b") as? [[String: Any]])
+            #expect(raw.count == 1)
+            #expect(Set(raw.first.map { Array($0.keys) } ?? []) == ["name", "subscribers", "has_retained"], "no state key when there is none")
+
+            let invalid = try await bob.expectError("QUERY names 'a..b'") { .query(requestID: $0, kind: QueryKind.names.rawValue, argument: "a..b") }
+            #expect(invalid.code == .invalidRequest)
+            #expect(!invalid.closesConnection)
+        }
+    }
+
+    @Test("clients: root sees every connection, another uid only its own; the fields describe each connection")
+    func clients() async throws {
+        try await withIssue4Server { server in
+            let root = try await server.connect("root-client")
+            let alice1 = try await server.connect("alice-1", as: .alice)
+            let alice2 = try await server.connect("alice-2", as: .alice)
+            let bob = try await server.connect("bob", as: .bob)
+            try await alice1.subscribe("org.example.>", id: 1)
+            try await alice1.subscribe("org.example.a", id: 2)
+            try await alice2.expectOK("SUSPEND") { .suspend(requestID: $0) }
+            try await root.subscribe("org.example.a", id: 1)
+
+            let everyone = try await root.query([Introspection.Client].self, .clients)
+            #expect(everyone.map(\.clientName) == ["root-client", "alice-1", "alice-2", "bob"], "in connection order")
+            #expect(everyone.map(\.uid) == [0, 4201, 4201, 4202])
+            #expect(everyone.map(\.gid) == [0, 4301, 4301, 4302])
+            #expect(everyone.map(\.connection) == everyone.map(\.connection).sorted())
+            #expect(everyone.allSatisfy { $0.pid == UInt32(getpid()) })
+            let comm = try String(contentsOfFile: "/proc/self/comm", encoding: .utf8).trimmingCharacters(in: .newlines)
+            #expect(everyone.allSatisfy { $0.command == comm })
+            #expect(everyone.map(\.subscriptions) == [1, 2, 0, 0])
+            #expect(everyone.map(\.suspended) == [false, false, true, false])
+
+            let seenByAlice = try await alice2.query([Introspection.Client].self, .clients)
+            #expect(seenByAlice.map(\.clientName) == ["alice-1", "alice-2"], "only uid 4201's connections, its own included")
+            let seenByBob = try await bob.query([Introspection.Client].self, .clients)
+            #expect(seenByBob.map(\.clientName) == ["bob"])
+
+            let raw = try #require(try await bob.queryJSON(.clients) as? [[String: Any]])
+            #expect(Set(raw.first.map { Array($0.keys) } ?? []) == Self.clientKeys)
+        }
+    }
+
+    @Test("an unknown query kind is invalid-request, not fatal")
+    func unknownKind() async throws {
+        try await withIssue4Server { server in
+            let client = try await server.connect("client", as: .alice)
+            let error = try await client.expectError("QUERY kind 7") { .query(requestID: $0, kind: 7, argument: "") }
+            #expect(error.code == .invalidRequest)
+            #expect(error.message == "unknown query kind 7 (1 status, 2 names, 3 clients)")
+            try await client.expectQuiet("the connection stays usable")
+        }
+    }
+}
