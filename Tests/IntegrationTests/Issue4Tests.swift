@@ -191,27 +191,6 @@ extension Integration {
             #expect(run.lines.allSatisfy { $0.merged == 0 && $0.droppedBefore == 0 })
         }
 
-        @Test("a subscriber that reads everything at once loses nothing while one poster posts at full speed")
-        func fullSpeedPoster() async throws {
-            try await withIntegrationScope { scope in
-                let daemon = try await scope.startIssue4Daemon(["--outbound-limit", "\(Self.outboundLimit)"])
-                let flood = Flood(prefix: "fast", nameCount: 10, total: min(200_000, Self.floodTotal))
-                let reader = FloodReader()
-                let readerTask = Task { [socket = scope.socketPath] in try await reader.run(flood, path: socket) }
-                _ = try await poll("the raw reader to subscribe", timeout: 20) { reader.isReady ? true : nil }
-                let poster = Task { [socket = scope.socketPath] in
-                    try await onThread("issue4-fast-poster") { try flood.post(to: socket) }
-                }
-                try await issue4Deadline(60, "the poster to finish") { try await poster.value }
-                try await issue4Deadline(60, "the reader to receive or lose every post") { try await readerTask.value }
-                let reception = reader.reception
-                #expect(
-                    reception.lost == 0 && reception.received == flood.total,
-                    "the reader never stopped reading, yet \(reception.lost) of \(flood.total) were merged away: \(reception.problems)")
-                try await scope.stopIssue4Daemon(daemon)
-            }
-        }
-
         // MARK: notifyctl commands
 
         @Test("notifyctl state set/get: round trip, unset, JSON, refused for another user's names")
