@@ -334,7 +334,7 @@ func nextEvent(_ events: AsyncStream<ConnectionEvent>, timeout: Double = 10) asy
 
 /// Polls `condition` (on events that are not otherwise observable) until it holds, failing after `timeout`.
 func waitUntil(_ what: String, timeout: Double = 10, _ condition: @escaping @Sendable () async -> Bool) async throws {
-    let deadline = Date(timeIntervalSinceNow: timeout)
+    let deadline = Date(timeIntervalSinceNow: TestScale.timeout(timeout))
     while !(await condition()) {
         if Date() > deadline { throw TimeoutError(description: "timed out waiting until \(what)") }
         try await Task.sleep(nanoseconds: 5_000_000)

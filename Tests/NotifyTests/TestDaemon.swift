@@ -65,7 +65,8 @@ struct TimeoutError: Error, CustomStringConvertible {
 func withTimeout<T: Sendable>(
     _ seconds: Double, _ message: String, _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
+    let seconds = TestScale.timeout(seconds)
+    return try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask { try await body() }
         group.addTask {
             try await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
@@ -77,6 +78,16 @@ func withTimeout<T: Sendable>(
         }
         return value
     }
+}
+
+/// Test sizes and timeouts for the current build: `make sanitize` sets `TSAN_OPTIONS`, and ThreadSanitizer
+/// makes every thread hop several times slower, so heavy tests shrink and waits last longer there.
+enum TestScale {
+    static let isSanitized = ProcessInfo.processInfo.environment["TSAN_OPTIONS"] != nil
+    /// `count`, or a tenth of it under ThreadSanitizer.
+    static func count(_ count: Int) -> Int { isSanitized ? max(1, count / 10) : count }
+    /// `seconds`, or six times as long under ThreadSanitizer.
+    static func timeout(_ seconds: Double) -> Double { isSanitized ? seconds * 6 : seconds }
 }
 
 /// Collects values from any thread and lets a test wait for a count.
@@ -100,7 +111,8 @@ final class Collector<Value: Sendable>: Sendable {
     /// Waits until at least `count` values arrived; throws after `timeout` seconds. The blocking wait runs
     /// off the cooperative thread pool.
     func wait(for count: Int, timeout: Double = 10, _ what: String = "values") async throws -> [Value] {
-        try await withCheckedThrowingContinuation { continuation in
+        let timeout = TestScale.timeout(timeout)
+        return try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(with: Result { try self.blockingWait(for: count, timeout: timeout, what) })
             }
