@@ -243,8 +243,8 @@ final class ClientConnection: ChannelInboundHandler {
             reject(requestID, .invalidName, error.description)
             return
         }
-        if NotificationName.isProcessLocal(pattern.text) {
-            reject(requestID, .invalidName, "invalid name '\(pattern.text)': names starting with 'self.' are process-local and never reach the daemon")
+        if let problem = Self.processLocalProblem(pattern.text) {
+            reject(requestID, .invalidName, problem)
             return
         }
         guard subscriptions[subscribe.subscriptionID] == nil else {
@@ -327,8 +327,10 @@ final class ClientConnection: ChannelInboundHandler {
             reject(post.requestID, .unsupportedFlags, "POST flags 0x\(String(unknownFlags.rawValue, radix: 16)) are not defined")
             return
         }
-        // A name with exact subscribers passed the grammar when it was subscribed; others need checking.
-        if !router.hasSubscribers(post.name), let problem = invalidNameReason(post.name) {
+        // A name with exact subscribers passed the grammar when it was subscribed; others need checking. The
+        // lookup is handed on to the router, so a post looks its name up once.
+        let subscribers = router.exactSubscribers(of: post.name)
+        if subscribers == nil, let problem = invalidNameReason(post.name) {
             reject(post.requestID, .invalidName, problem)
             return
         }
@@ -351,7 +353,7 @@ final class ClientConnection: ChannelInboundHandler {
             return
         }
         let (sequence, delivered) = router.post(
-            name: post.name, payload: post.payload, sender: credentials, retain: retain)
+            name: post.name, payload: post.payload, sender: credentials, retain: retain, exactSubscribers: subscribers)
         if post.flags.contains(.ackWanted) {
             reply(.posted(requestID: post.requestID, sequence: sequence, deliveredCount: delivered))
         }
@@ -403,10 +405,13 @@ final class ClientConnection: ChannelInboundHandler {
         } catch {
             return error.description
         }
-        if NotificationName.isProcessLocal(name) {
-            return "invalid name '\(name)': names starting with 'self.' are process-local and never reach the daemon"
-        }
-        return nil
+        return Self.processLocalProblem(name)
+    }
+
+    /// Why a `self.` name or pattern is refused: such names belong to one process and never reach the daemon.
+    private static func processLocalProblem(_ name: String) -> String? {
+        guard NotificationName.isProcessLocal(name) else { return nil }
+        return "invalid name '\(name)': names starting with 'self.' are process-local and never reach the daemon"
     }
 
     // MARK: Delivery

@@ -119,11 +119,9 @@ final class SubscriptionRouter {
         patterns.remove(pattern, connection)
     }
 
-    /// Whether `name` has exact subscribers, which also proves it passed the name grammar when subscribed.
-    func hasSubscribers(_ name: String) -> Bool { exact[ExactName(name)] != nil }
-
-    /// The number of connections subscribed to exactly `name` (for tests and introspection).
-    func subscriberCount(of name: String) -> Int { exact[ExactName(name)]?.connections.count ?? 0 }
+    /// The exact subscribers of `name`, if any; having them also proves it passed the name grammar when it
+    /// was subscribed.
+    func exactSubscribers(of name: String) -> Subscribers? { exact[ExactName(name)] }
 
     // MARK: Posting
 
@@ -131,7 +129,10 @@ final class SubscriptionRouter {
     /// with a matching subscription that may observe it, once per connection.
     ///
     /// - Returns: the sequence number and the number of connections it was queued or held for.
-    func post(name: String, payload: ByteBuffer, sender: SenderCredentials, retain: Bool) -> (sequence: UInt64, delivered: UInt32) {
+    /// - Parameter exactSubscribers: the caller's ``exactSubscribers(of:)`` for `name`, looked up once per post.
+    func post(
+        name: String, payload: ByteBuffer, sender: SenderCredentials, retain: Bool, exactSubscribers: Subscribers?
+    ) -> (sequence: UInt64, delivered: UInt32) {
         lastSequence &+= 1
         statistics.posts += 1
         let sequence = lastSequence
@@ -157,7 +158,7 @@ final class SubscriptionRouter {
             if connection.deliver(frame!, name: name, sequence: sequence) { delivered += 1 }
         }
 
-        if let subscribers = exact[ExactName(name)] {
+        if let subscribers = exactSubscribers {
             for connection in subscribers.connections { offer(connection) }
         }
         if patterns.count > 0 {
