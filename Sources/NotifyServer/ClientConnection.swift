@@ -51,8 +51,8 @@ final class ClientConnection: ChannelInboundHandler {
     private(set) var clientName = ""
     /// The connection's number in accept order.
     private(set) var number: UInt64 = 0
-    /// The sequence number of the last post routed to this connection (to deliver each post once).
-    var lastRoutedSequence: UInt64 = 0
+    /// The router's mark of the last post or run routed to this connection (to deliver each post once).
+    var routeMark: UInt64 = 0
 
     private var subscriptions: [UInt32: Subscription] = [:]
     /// Exact name → number of this connection's subscriptions naming it.
@@ -126,13 +126,25 @@ final class ClientConnection: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard state == .awaitingHello || state == .open else { return }
         accumulator.append(unwrapInboundIn(data))
+        let maxPayload = Int(router.configuration.limits.maxPayloadLength)
         do throws(WireDecodingError) {
-            while state == .awaitingHello || state == .open, let frame = try accumulator.next() {
-                handle(frame)
+            while state == .awaitingHello || state == .open, var frame = try accumulator.nextRawFrame() {
+                // A post that continues this connection's run of posts to one name needs no decoding or
+                // checks beyond its size: the first post of the run passed them all (see PostRun).
+                if frame.type == MessageType.post.rawValue, let post = PostFrameView(body: frame.body), post.flags == 0,
+                    post.payload.readableBytes <= maxPayload, router.continuesRun(of: self, post)
+                {
+                    router.appendToRun(post.payload)
+                    continue
+                }
+                router.endRun()
+                handle(try ClientFrame.decode(type: frame.type, body: &frame.body))
             }
         } catch {
+            router.endRun()
             fail(error.code, error.description)
         }
+        router.endRun()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -352,6 +364,10 @@ final class ClientConnection: ChannelInboundHandler {
             reject(post.requestID, .quotaExceeded, "retaining this payload would exceed uid \(credentials.uid)'s quota of \(quota) retained bytes")
             return
         }
+        if post.flags.isEmpty {
+            router.postInRun(name: post.name, payload: post.payload, from: self, exactSubscribers: subscribers)
+            return
+        }
         let (sequence, delivered) = router.post(
             name: post.name, payload: post.payload, sender: credentials, retain: retain, exactSubscribers: subscribers)
         if post.flags.contains(.ackWanted) {
@@ -421,7 +437,10 @@ final class ClientConnection: ChannelInboundHandler {
     ///
     /// - Returns: `false` if the notification was not delivered (the connection is closing or was just
     ///   disconnected by the `disconnect` policy).
-    func deliver(_ frame: ByteBuffer, name: String, sequence: UInt64) -> Bool {
+    /// - Parameter policy: the matching subscription's policy and id, when the caller already knows them.
+    func deliver(
+        _ frame: ByteBuffer, name: String, sequence: UInt64, policy: (DeliveryPolicy, UInt32)? = nil
+    ) -> Bool {
         guard state == .open else { return false }
         let size = frame.readableBytes
         if held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, accountAllows(size) {
@@ -437,7 +456,37 @@ final class ClientConnection: ChannelInboundHandler {
             }
             return true
         }
-        return hold(frame, name: name, sequence: sequence)
+        return hold(frame, name: name, sequence: sequence, policy: policy ?? strongestPolicy(for: name))
+    }
+
+    /// Queues a whole run of posts to one name in one append, or takes them one by one when the connection
+    /// cannot take them all now.
+    ///
+    /// - Returns: how many of the run's notifications were queued or held.
+    func deliver(run: PostRun) -> Int {
+        guard state == .open else { return 0 }
+        let size = run.encoded.readableBytes
+        if held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, accountAllows(size) {
+            outbound.append(run.encoded)
+            accountedBytes += size
+            account?.outboundBytes += size
+            if outbound.buffer.readableBytes >= eagerFlushBytes { flushOutbound() } else { markDirty() }
+            return run.frames.count
+        }
+        // Slow path: the policy is the same for every post of the run, so it is looked up once.
+        let policy = strongestPolicy(for: run.name)
+        if held != nil, policy.0 == .coalesce, let last = run.frames.last {
+            // Everything goes to the held table, where each post would replace the one before: hold the last.
+            let alsoMerged = UInt64(run.frames.count - 1)
+            _ = hold(run.slice(last), name: run.name, sequence: last.sequence, policy: policy, alsoMerged: alsoMerged)
+            return run.frames.count
+        }
+        var delivered = 0
+        for frame in run.frames {
+            guard state == .open else { break }
+            if deliver(run.slice(frame), name: run.name, sequence: frame.sequence, policy: policy) { delivered += 1 }
+        }
+        return delivered
     }
 
     private func accountAllows(_ size: Int) -> Bool {
@@ -445,8 +494,11 @@ final class ClientConnection: ChannelInboundHandler {
         return account.outboundBytes + size <= router.quotas.outboundBytesPerUID
     }
 
-    private func hold(_ frame: ByteBuffer, name: String, sequence: UInt64) -> Bool {
-        let (policy, subscriptionID) = strongestPolicy(for: name)
+    private func hold(
+        _ frame: ByteBuffer, name: String, sequence: UInt64, policy matching: (DeliveryPolicy, UInt32),
+        alsoMerged: UInt64 = 0
+    ) -> Bool {
+        let (policy, subscriptionID) = matching
         // `disconnect` is for a client that cannot keep up, not for one that is only working through a
         // backlog it was allowed to build (after a resume, say): then the notification is held like the rest.
         let isSlow = outbound.pendingBytes + frame.readableBytes > limit || !accountAllows(frame.readableBytes)
@@ -464,7 +516,9 @@ final class ClientConnection: ChannelInboundHandler {
         // A `disconnect` subscription that is not being disconnected (suspended, or working through a backlog) is
         // held like a bounded queue.
         let effective = policy == .disconnect ? DeliveryPolicy.queue(limit: 1_000) : policy
-        let outcome = held!.hold(frame, name: name, sequence: sequence, policy: effective, subscriptionID: subscriptionID)
+        let outcome = held!.hold(
+            frame, name: name, sequence: sequence, policy: effective, subscriptionID: subscriptionID,
+            alsoMerged: effective == .coalesce ? alsoMerged : 0)
         merged += outcome.merged
         dropped += outcome.dropped
         router.statistics.merged += outcome.merged

@@ -5,7 +5,8 @@ import NotifyWire
 /// Notifications a connection could not take when they were posted (it read too slowly, or it is suspended),
 /// kept under each subscription's policy until it can.
 ///
-/// Frames are the shared encoded bytes of each post: holding one costs a reference, not a copy.
+/// Frames are the shared encoded bytes of each post: holding one costs a reference, not a copy (except for
+/// frames cut from a run of posts, see ``ownStorage(_:)``).
 struct HeldNotifications {
     private struct Coalesced {
         var frame: ByteBuffer
@@ -31,22 +32,26 @@ struct HeldNotifications {
     /// Holds one notification.
     ///
     /// - Returns: how many earlier notifications it merged with (coalesce) or pushed out (queue).
+    /// - Parameter alsoMerged: earlier notifications on the same name, not passed in, that this one
+    ///   supersedes (a run of posts held at once keeps only its last; `coalesce` only).
     mutating func hold(
-        _ frame: ByteBuffer, name: String, sequence: UInt64, policy: DeliveryPolicy, subscriptionID: UInt32
+        _ frame: ByteBuffer, name: String, sequence: UInt64, policy: DeliveryPolicy, subscriptionID: UInt32,
+        alsoMerged: UInt64 = 0
     ) -> (merged: UInt64, dropped: UInt64) {
+        let frame = Self.ownStorage(frame)
         switch policy {
         case .coalesce:
             if var entry = coalesced[name] {
                 bytes += frame.readableBytes - entry.frame.readableBytes
                 entry.frame = frame
                 entry.sequence = sequence
-                entry.merged += 1
+                entry.merged += 1 + alsoMerged
                 coalesced[name] = entry
-                return (1, 0)
+                return (1 + alsoMerged, 0)
             }
-            coalesced[name] = Coalesced(frame: frame, sequence: sequence, merged: 0)
+            coalesced[name] = Coalesced(frame: frame, sequence: sequence, merged: alsoMerged)
             bytes += frame.readableBytes
-            return (0, 0)
+            return (alsoMerged, 0)
         case .queue(let limit):
             var queue = queues[subscriptionID] ?? Queued(limit: Int(limit))
             var dropped: UInt64 = 0
@@ -62,6 +67,15 @@ struct HeldNotifications {
         case .disconnect:
             preconditionFailure("disconnect-policy notifications are never held")
         }
+    }
+
+    /// `frame` itself, or a copy when it is a small part of a larger buffer (a run of posts): a held frame must
+    /// not keep a whole run's storage alive, or held memory would no longer be bounded by the bytes counted.
+    private static func ownStorage(_ frame: ByteBuffer) -> ByteBuffer {
+        guard frame.storageCapacity > 2 * frame.readableBytes + 64 else { return frame }
+        var copy = ByteBufferAllocator().buffer(capacity: frame.readableBytes)
+        copy.writeImmutableBuffer(frame)
+        return copy
     }
 
     /// Drops the oldest held notification to make room. Returns how many notifications that loses.

@@ -125,29 +125,50 @@ final class SubscriptionRouter {
 
     // MARK: Posting
 
+    /// Marks the connections already chosen for the post or run being routed, so a connection with several
+    /// matching subscriptions receives each notification once.
+    private var routeMark: UInt64 = 0
+    private lazy var run = PostRun(allocator: allocator)
+
+    /// Calls `body` once for every connection with a subscription matching `name` that may observe it.
+    private func forEachRecipient(
+        of name: String, exactSubscribers: Subscribers?, _ body: (ClientConnection) -> Void
+    ) {
+        routeMark &+= 1
+        let mark = routeMark
+        let rule = access.hasRules ? access.rule(for: name) : nil
+        let restricted = rule.map { $0.observe != .all } ?? false
+        func offer(_ connection: ClientConnection) {
+            guard connection.routeMark != mark else { return }
+            connection.routeMark = mark
+            if restricted, !access.mayObserve(rule!, connection.peer) { return }
+            body(connection)
+        }
+        if let exactSubscribers {
+            for connection in exactSubscribers.connections { offer(connection) }
+        }
+        if patterns.count > 0 {
+            patterns.forEachMatch(name.split(separator: ".", omittingEmptySubsequences: false), offer)
+        }
+    }
+
     /// Assigns the next sequence number and queues one shared encoding of the notification to every connection
-    /// with a matching subscription that may observe it, once per connection.
+    /// with a matching subscription that may observe it, once per connection. Ends any open run first.
     ///
     /// - Returns: the sequence number and the number of connections it was queued or held for.
     /// - Parameter exactSubscribers: the caller's ``exactSubscribers(of:)`` for `name`, looked up once per post.
     func post(
         name: String, payload: ByteBuffer, sender: SenderCredentials, retain: Bool, exactSubscribers: Subscribers?
     ) -> (sequence: UInt64, delivered: UInt32) {
+        endRun()
         lastSequence &+= 1
         statistics.posts += 1
         let sequence = lastSequence
         if retain { storeRetained(name: name, payload: payload, sender: sender, sequence: sequence) }
 
-        let rule = access.hasRules ? access.rule(for: name) : nil
-        let restricted = rule.map { $0.observe != .all } ?? false
         var frame: ByteBuffer?
         var delivered: UInt32 = 0
-
-        func offer(_ connection: ClientConnection) {
-            // A connection whose several subscriptions match still receives the notification once.
-            guard connection.lastRoutedSequence != sequence else { return }
-            connection.lastRoutedSequence = sequence
-            if restricted, !access.mayObserve(rule!, connection.peer) { return }
+        forEachRecipient(of: name, exactSubscribers: exactSubscribers) { connection in
             if frame == nil {
                 var encoded = allocator.buffer(
                     capacity: NotificationFrame.encodedLength(
@@ -157,15 +178,59 @@ final class SubscriptionRouter {
             }
             if connection.deliver(frame!, name: name, sequence: sequence) { delivered += 1 }
         }
-
-        if let subscribers = exactSubscribers {
-            for connection in subscribers.connections { offer(connection) }
-        }
-        if patterns.count > 0 {
-            patterns.forEachMatch(name.split(separator: ".", omittingEmptySubsequences: false), offer)
-        }
         statistics.deliveries += UInt64(delivered)
         return (sequence, delivered)
+    }
+
+    // MARK: Runs of posts
+
+    /// Posts a notification that wants no reply and retains nothing, as part of a run of posts by `poster` to
+    /// `name` (see ``PostRun``): continues the open run or ends it and opens a new one.
+    func postInRun(name: String, payload: ByteBuffer, from poster: ClientConnection, exactSubscribers: Subscribers?) {
+        if run.poster !== poster || ExactName(run.name) != ExactName(name) {
+            endRun()
+            run.poster = poster
+            run.name = name
+            run.sender = poster.credentials
+            forEachRecipient(of: name, exactSubscribers: exactSubscribers) { run.recipients.append($0) }
+        }
+        appendToRun(payload)
+    }
+
+    /// Whether `view` continues `poster`'s open run: same name, byte for byte.
+    func continuesRun(of poster: ClientConnection, _ view: PostFrameView) -> Bool {
+        run.poster === poster && view.nameEquals(run.name)
+    }
+
+    /// Adds one post to the open run: a sequence number, and the encoded frame if anyone receives it.
+    func appendToRun(_ payload: ByteBuffer) {
+        lastSequence &+= 1
+        statistics.posts += 1
+        guard !run.recipients.isEmpty else { return }
+        let offset = run.encoded.writerIndex
+        NotificationFrame.encode(
+            sequence: lastSequence, sender: run.sender, name: run.name, payload: payload, into: &run.encoded)
+        run.frames.append(PostRun.Frame(offset: offset, length: run.encoded.writerIndex - offset, sequence: lastSequence))
+        if run.encoded.readableBytes >= PostRun.byteLimit { deliverRun() }
+    }
+
+    /// Hands the open run to its recipients and closes it (nothing to do when no run is open).
+    func endRun() {
+        guard run.isOpen else { return }
+        deliverRun()
+        run.poster = nil
+        run.recipients.removeAll(keepingCapacity: true)
+    }
+
+    private func deliverRun() {
+        guard !run.frames.isEmpty else { return }
+        var delivered = 0
+        for connection in run.recipients {
+            delivered += connection.deliver(run: run)
+        }
+        statistics.deliveries += UInt64(delivered)
+        run.frames.removeAll(keepingCapacity: true)
+        run.encoded.clear()
     }
 
     // MARK: State and retained notifications

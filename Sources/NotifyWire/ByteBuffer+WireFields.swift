@@ -21,7 +21,12 @@ extension ByteBuffer {
             throw WireDecodingError.truncatedField(message: message, field: field)
         }
         let decoded = withUnsafeReadableBytes { raw in
-            String(validating: UnsafeRawBufferPointer(rebasing: raw.prefix(Int(length))), as: UTF8.self)
+            let bytes = UnsafeRawBufferPointer(rebasing: raw.prefix(Int(length)))
+            // Names are nearly always ASCII, which is valid UTF-8 as it stands: skip the general validator
+            // (it goes through unspecialized generic code, a tenth of the daemon's time per post).
+            return bytes.isASCII
+                ? bytes.withMemoryRebound(to: UInt8.self) { String(decoding: $0, as: UTF8.self) }
+                : String(validating: bytes, as: UTF8.self)
         }
         guard let string = decoded else {
             throw WireDecodingError.invalidUTF8(message: message, field: field)
@@ -68,6 +73,23 @@ extension ByteBuffer {
 
     func ensureFullyRead(_ message: MessageType) throws(WireDecodingError) {
         if readableBytes > 0 { throw WireDecodingError.trailingBytes(message: message, count: readableBytes) }
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    /// Whether every byte is below 0x80; eight bytes at a time.
+    var isASCII: Bool {
+        var index = 0
+        var highBits: UInt64 = 0
+        while index + 8 <= count {
+            highBits |= loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            index += 8
+        }
+        while index < count {
+            highBits |= UInt64(self[index])
+            index += 1
+        }
+        return highBits & 0x8080_8080_8080_8080 == 0
     }
 }
 

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A name or pattern compared byte for byte, as the protocol requires.
 ///
 /// Swift's `String` equality follows Unicode canonical equivalence (`é` equals `e` + U+0301), so it must
@@ -12,7 +20,15 @@ public struct ExactName: Hashable, Sendable, CustomStringConvertible {
     }
 
     public static func == (lhs: ExactName, rhs: ExactName) -> Bool {
-        lhs.string.utf8.elementsEqual(rhs.string.utf8)
+        // Routing compares every post's name with its table entry: compare lengths, then memory, rather than
+        // stepping through two `UTF8View`s (native strings are contiguous; the loop is only a fallback).
+        let compared = lhs.string.utf8.withContiguousStorageIfAvailable { left in
+            rhs.string.utf8.withContiguousStorageIfAvailable { right in
+                UnsafeRawBufferPointer(left).bytesEqual(UnsafeRawBufferPointer(right))
+            }
+        }
+        if let compared, let equal = compared { return equal }
+        return lhs.string.utf8.elementsEqual(rhs.string.utf8)
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -21,6 +37,16 @@ public struct ExactName: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { string }
+}
+
+extension UnsafeRawBufferPointer {
+    /// Whether both buffers hold the same bytes.
+    @inlinable
+    package func bytesEqual(_ other: UnsafeRawBufferPointer) -> Bool {
+        guard count == other.count else { return false }
+        guard count > 0, let left = baseAddress, let right = other.baseAddress else { return true }
+        return memcmp(left, right, count) == 0
+    }
 }
 
 extension Substring {
