@@ -535,6 +535,7 @@ def window_for(payload: int) -> int:
 class Context:
     def __init__(self, args):
         self.args = args
+        self.profile_subscribers = getattr(args, "profile_subscribers", 16)
         self.tmp = Path(tempfile.mkdtemp(prefix="notifyd-bench-"))
         self.settings = Settings(args.mode)
         self.scratch = ROOT / args.scratch_path
@@ -984,24 +985,25 @@ def scenario_allocations(ctx: Context, notifyd: System | None, results: dict) ->
 
 
 def scenario_profile(ctx: Context, notifyd: System, results: dict) -> None:
-    """Optional (--profile): perf samples of the daemon during fan-out S=16."""
+    """Optional (--profile): perf samples of the daemon during fan-out (S=16 unless --profile-subscribers)."""
+    subscribers = ctx.profile_subscribers
     if not shutil.which("perf"):
         results["profile"] = {"error": "perf is not installed (apt-get install linux-perf)"}
         return
-    log("profile: perf record of notifyd during fan-out S=16")
+    log(f"profile: perf record of notifyd during fan-out S={subscribers}")
     data = ctx.tmp / "perf.data"
     perf = spawn(["perf", "record", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(notifyd.pid), "-o", str(data)],
                  stdout=subprocess.DEVNULL)
     time.sleep(0.5)
-    run = run_fanout(ctx, notifyd, 16, 64)
+    run = run_fanout(ctx, notifyd, subscribers, 64)
     os.kill(perf.pid, signal.SIGINT)
     perf.wait(timeout=60)
     children.remove(perf)
     report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--stdio", "--percent-limit", "0.7",
                              "-g", "none", "--sort", "symbol"], capture_output=True, text=True).stdout
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "profile-notifyd-fanout16.txt").write_text(report)
-    results["profile"] = {"file": "Benchmarks/results/profile-notifyd-fanout16.txt",
+    (RESULTS / f"profile-notifyd-fanout{subscribers}.txt").write_text(report)
+    results["profile"] = {"file": f"Benchmarks/results/profile-notifyd-fanout{subscribers}.txt",
                           "delivered_per_s": run.get("delivered_per_s")}
 
 
@@ -1330,6 +1332,7 @@ def main() -> int:
     parser.add_argument("--systems", default="", help="comma-separated subset of: " + ",".join(c.key for c in SYSTEM_CLASSES))
     parser.add_argument("--scenarios", default="", help="comma-separated subset of: " + ",".join(ALL_SCENARIOS))
     parser.add_argument("--profile", action="store_true", help="also record a perf profile of notifyd (fan-out S=16)")
+    parser.add_argument("--profile-subscribers", type=int, default=16, help="subscribers in the --profile fan-out")
     parser.add_argument("--alt-bin", default=None,
                         help="a bin directory with another build of notifyd (and notify-bench): runs it as the extra "
                              "systems notifyd-c-alt / notifyd-swift-alt, for before/after comparisons")

@@ -131,10 +131,9 @@ final class ClientConnection: ChannelInboundHandler {
             while state == .awaitingHello || state == .open, var frame = try accumulator.nextRawFrame() {
                 // A post that continues this connection's run of posts to one name needs no decoding or
                 // checks beyond its size: the first post of the run passed them all (see PostRun).
-                if frame.type == MessageType.post.rawValue, let post = PostFrameView(body: frame.body), post.flags == 0,
-                    post.payload.readableBytes <= maxPayload, router.continuesRun(of: self, post)
+                if frame.type == MessageType.post.rawValue,
+                    router.appendToRun(ifContinuedBy: self, body: frame.body, maxPayload: maxPayload)
                 {
-                    router.appendToRun(post.payload)
                     continue
                 }
                 router.endRun()

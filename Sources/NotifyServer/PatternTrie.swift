@@ -1,7 +1,17 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import NotifyWire
 
 /// Pattern subscriptions indexed by label, so matching a name walks only the branches its labels select: the
 /// cost does not grow with the number of patterns that cannot match.
+///
+/// Labels are the byte runs between `.` bytes, as in the name grammar (`NotificationName.validate` splits on the
+/// scalar `.`, which in UTF-8 is always the single byte 0x2E), and are compared byte for byte like `ExactName`.
 final class PatternTrie {
     final class Node {
         var literal: [LabelKey: Node] = [:]
@@ -14,19 +24,48 @@ final class PatternTrie {
         var isEmpty: Bool { literal.isEmpty && anyLabel == nil && terminal.isEmpty && rest.isEmpty }
     }
 
+    /// One step of a pattern's path through the trie.
+    private enum Step {
+        case literal(LabelKey)
+        case anyLabel
+        case rest
+    }
+
     private let root = Node()
     private(set) var count = 0
 
-    func insert(_ pattern: NotificationPattern, _ connection: ClientConnection) {
-        var node = root
+    /// The pattern's labels as the trie sees them. `NotificationPattern` splits on the *character* `.`, so a
+    /// literal such as "a.\u{301}b" (a `.` followed by a combining mark is one character) is one label there but
+    /// two in the name grammar; splitting literals again on the byte keeps the trie consistent with how
+    /// `forEachMatch(name:)` splits names.
+    private static func steps(of pattern: NotificationPattern) -> [Step] {
+        var steps: [Step] = []
+        steps.reserveCapacity(pattern.labels.count)
         for label in pattern.labels {
             switch label {
             case .literal(let text):
-                if let next = node.literal[LabelKey(text)] {
+                for part in text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false) {
+                    steps.append(.literal(LabelKey(String(decoding: part, as: UTF8.self))))
+                }
+            case .anyLabel:
+                steps.append(.anyLabel)
+            case .rest:
+                steps.append(.rest)
+            }
+        }
+        return steps
+    }
+
+    func insert(_ pattern: NotificationPattern, _ connection: ClientConnection) {
+        var node = root
+        for step in Self.steps(of: pattern) {
+            switch step {
+            case .literal(let key):
+                if let next = node.literal[key] {
                     node = next
                 } else {
                     let next = Node()
-                    node.literal[LabelKey(text)] = next
+                    node.literal[key] = next
                     node = next
                 }
             case .anyLabel:
@@ -43,66 +82,132 @@ final class PatternTrie {
     }
 
     func remove(_ pattern: NotificationPattern, _ connection: ClientConnection) {
-        _ = remove(pattern.labels[...], connection, from: root)
+        _ = remove(Self.steps(of: pattern)[...], connection, from: root)
     }
 
     /// Removes one entry; returns whether `node` became empty (so the parent can drop it).
-    private func remove(_ labels: ArraySlice<NotificationPattern.Label>, _ connection: ClientConnection, from node: Node) -> Bool {
-        guard let label = labels.first else {
+    private func remove(_ steps: ArraySlice<Step>, _ connection: ClientConnection, from node: Node) -> Bool {
+        guard let step = steps.first else {
             if let index = node.terminal.firstIndex(where: { $0 === connection }) {
                 node.terminal.remove(at: index)
                 count -= 1
             }
             return node.isEmpty
         }
-        switch label {
+        switch step {
         case .rest:
             if let index = node.rest.firstIndex(where: { $0 === connection }) {
                 node.rest.remove(at: index)
                 count -= 1
             }
         case .anyLabel:
-            if let child = node.anyLabel, remove(labels.dropFirst(), connection, from: child) { node.anyLabel = nil }
-        case .literal(let text):
-            if let child = node.literal[LabelKey(text)], remove(labels.dropFirst(), connection, from: child) {
-                node.literal.removeValue(forKey: LabelKey(text))
+            if let child = node.anyLabel, remove(steps.dropFirst(), connection, from: child) { node.anyLabel = nil }
+        case .literal(let key):
+            if let child = node.literal[key], remove(steps.dropFirst(), connection, from: child) {
+                node.literal.removeValue(forKey: key)
             }
         }
         return node.isEmpty
     }
 
-    /// Calls `body` for every connection with a pattern matching `labels` (once per matching pattern).
-    func forEachMatch(_ labels: [Substring], _ body: (ClientConnection) -> Void) {
-        visit(root, labels[...], body)
+    /// Calls `body` for every connection with a pattern matching `name` (once per matching pattern).
+    ///
+    /// Allocation-free: labels are found in place in the name's UTF-8 and looked up with borrowed keys.
+    func forEachMatch(name: String, _ body: (ClientConnection) -> Void) {
+        // A daemon without patterns pays nothing per post, whatever the caller checked before.
+        if count == 0 { return }
+        var name = name
+        name.withUTF8 { bytes in
+            walk(from: root, UnsafeRawBufferPointer(bytes), labelStart: 0, body)
+        }
     }
 
-    private func visit(_ node: Node, _ labels: ArraySlice<Substring>, _ body: (ClientConnection) -> Void) {
-        guard let label = labels.first else {
-            for connection in node.terminal { body(connection) }
-            return
+    /// Visits the matches below `start` for the labels of `name` from byte `labelStart` on.
+    ///
+    /// Iterative along one branch; it recurses only where a node has both a literal child for the label and a
+    /// `*` child, so the depth is bounded by the number of labels and the common single-branch case makes no
+    /// calls. `labelStart == name.count + 1` means every label has been consumed (`name.count` itself is the
+    /// start of an empty last label, as in "a.").
+    private func walk(
+        from start: Node, _ name: UnsafeRawBufferPointer, labelStart: Int, _ body: (ClientConnection) -> Void
+    ) {
+        // Strong, not unowned(unsafe): `body` delivers, and a delivery can close a connection synchronously,
+        // which unsubscribes its patterns and may free nodes on this path while we are still walking it.
+        var node = start
+        var labelStart = labelStart
+        while labelStart <= name.count {
+            // Checking first skips copying (retaining) the empty array on every label.
+            if !node.rest.isEmpty {
+                for connection in node.rest { body(connection) }
+            }
+            var labelEnd = labelStart
+            while labelEnd < name.count, name[labelEnd] != UInt8(ascii: ".") { labelEnd += 1 }
+            let next = labelEnd + 1
+
+            // No hashing at all for nodes that only have wildcard children.
+            let literalChild =
+                node.literal.isEmpty
+                ? nil : node.literal[.probe(UnsafeRawBufferPointer(rebasing: name[labelStart..<labelEnd]))]
+            if let anyChild = node.anyLabel {
+                if let literalChild { walk(from: literalChild, name, labelStart: next, body) }
+                node = anyChild
+            } else if let literalChild {
+                node = literalChild
+            } else {
+                // Also the fast exit at the root when nothing there can match the first label.
+                return
+            }
+            labelStart = next
         }
-        for connection in node.rest { body(connection) }
-        let remaining = labels.dropFirst()
-        if let child = node.literal[LabelKey(label)] { visit(child, remaining, body) }
-        if let child = node.anyLabel { visit(child, remaining, body) }
+        if !node.terminal.isEmpty {
+            for connection in node.terminal { body(connection) }
+        }
     }
 }
 
-/// A label compared byte for byte (see `ExactName`), without copying it out of the name.
-struct LabelKey: Hashable {
-    let label: Substring
+/// A label compared and hashed byte for byte (see `ExactName`).
+///
+/// Stored keys own their bytes; `probe` keys borrow the bytes of the name being matched so that a lookup
+/// creates no String. A probe is valid only while its buffer is, so it must only ever be used to look up,
+/// never be stored in a dictionary. Both kinds hash the same bytes the same way, so they find each other.
+enum LabelKey: Hashable {
+    case stored(String)
+    case probe(UnsafeRawBufferPointer)
 
-    init(_ label: Substring) { self.label = label }
+    init(_ label: String) {
+        // A native (or small) string always has contiguous UTF-8, so `withBytes` takes its fast path.
+        var label = label
+        label.makeContiguousUTF8()
+        self = .stored(label)
+    }
+
+    @inline(__always)
+    private func withBytes<Result>(_ body: (UnsafeRawBufferPointer) -> Result) -> Result {
+        switch self {
+        case .probe(let bytes):
+            return body(bytes)
+        case .stored(let label):
+            if let result = label.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) {
+                return result
+            }
+            var label = label
+            return label.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        }
+    }
 
     static func == (lhs: LabelKey, rhs: LabelKey) -> Bool {
-        lhs.label.utf8.elementsEqual(rhs.label.utf8)
+        lhs.withBytes { left in
+            rhs.withBytes { right in
+                guard left.count == right.count else { return false }
+                guard left.count > 0, let l = left.baseAddress, let r = right.baseAddress else { return true }
+                return memcmp(l, r, left.count) == 0
+            }
+        }
     }
 
     func hash(into hasher: inout Hasher) {
-        let hashed: Void? = label.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
-        if hashed == nil {
-            for byte in label.utf8 { hasher.combine(byte) }
-        }
+        withBytes { hasher.combine(bytes: $0) }
+        // Keeps the encoding prefix-free should a key ever be hashed as part of a larger value.
         hasher.combine(0xFF as UInt8)
     }
 }

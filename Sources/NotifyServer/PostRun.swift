@@ -24,18 +24,88 @@ struct PostRun {
     /// The posting connection while a run is open.
     var poster: ClientConnection?
     var name = ""
-    var sender = SenderCredentials(pid: 0, uid: 0, gid: 0)
     /// Each recipient once; empty when nobody may see the name (posts then only take a sequence number).
     var recipients: [ClientConnection] = []
     var frames: [Frame] = []
     /// The run's frames back to back. Reused from run to run: recipients copy it, so its storage stays unique.
     var encoded: ByteBuffer
+    /// The `NOTIFICATION` fields that are the same for every post of the run, as encoded: sender pid, uid and
+    /// gid, then the name with its length. Reused from run to run.
+    private var sharedFields: [UInt8] = []
 
     init(allocator: ByteBufferAllocator) {
         encoded = allocator.buffer(capacity: Self.byteLimit + 1024)
+        sharedFields.reserveCapacity(256)
     }
 
     var isOpen: Bool { poster != nil }
+
+    /// Opens a run of posts by `poster` to `name`; the caller fills in ``recipients``.
+    mutating func open(poster: ClientConnection, name: String) {
+        self.poster = poster
+        self.name = name
+        let sender = poster.credentials
+        sharedFields.removeAll(keepingCapacity: true)
+        for value in [sender.pid, sender.uid, sender.gid] {
+            withUnsafeBytes(of: value.bigEndian) { sharedFields.append(contentsOf: $0) }
+        }
+        let nameBytes = name.utf8.count
+        withUnsafeBytes(of: UInt16(nameBytes).bigEndian) { sharedFields.append(contentsOf: $0) }
+        sharedFields.append(contentsOf: name.utf8)
+    }
+
+    /// Closes the run (its frames must have been handed out).
+    mutating func close() {
+        poster = nil
+        recipients.removeAll(keepingCapacity: true)
+    }
+
+    /// The payload of a `POST` whose fields (after the type byte) are `fields`, if it is a plain post
+    /// (flags 0) to this run's name with a payload of at most `maxPayload` bytes; `nil` otherwise (the caller
+    /// then decodes it in full, which also reports any error precisely).
+    func continuingPayload(_ fields: UnsafeRawBufferPointer, maxPayload: Int) -> UnsafeRawBufferPointer? {
+        // request_id u32, flags u8, name (u16 + bytes), payload (u32 + bytes)
+        let nameStart = 4 + 1 + 2
+        guard fields.count >= nameStart, fields[4] == 0 else { return nil }
+        let nameLength = Int(fields[5]) << 8 | Int(fields[6])
+        let payloadStart = nameStart + nameLength + 4
+        guard fields.count >= payloadStart else { return nil }
+        let payloadLength = fields.count - payloadStart
+        let declared = fields.loadUnaligned(fromByteOffset: payloadStart - 4, as: UInt32.self).bigEndian
+        guard UInt64(declared) == UInt64(payloadLength), payloadLength <= maxPayload else { return nil }
+        let sameName = sharedFields.withUnsafeBytes { shared in
+            // sharedFields: 12 bytes of credentials, then the name's length and bytes as in the post.
+            UnsafeRawBufferPointer(rebasing: shared[12...])
+                .bytesEqual(UnsafeRawBufferPointer(rebasing: fields[(nameStart - 2)..<(nameStart + nameLength)]))
+        }
+        guard sameName else { return nil }
+        return UnsafeRawBufferPointer(rebasing: fields[payloadStart...])
+    }
+
+    /// Encodes one post's `NOTIFICATION` (the same bytes as ``NotificationFrame/encode(sequence:sender:name:payload:into:)``)
+    /// in one reservation, and hands the run out when it is full.
+    mutating func append(sequence: UInt64, payload: UnsafeRawBufferPointer) {
+        let offset = encoded.writerIndex
+        let bodyLength = 1 + 8 + sharedFields.count + 4 + payload.count
+        let total = ProtocolConstants.lengthPrefixSize + bodyLength
+        sharedFields.withUnsafeBytes { shared in
+            _ = encoded.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
+                out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
+                out[4] = MessageType.notification.rawValue
+                out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
+                var position = 13
+                UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + shared.count)]).copyMemory(from: shared)
+                position += shared.count
+                out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
+                position += 4
+                if payload.count > 0 {
+                    UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)]).copyMemory(from: payload)
+                }
+                return total
+            }
+        }
+        frames.append(Frame(offset: offset, length: total, sequence: sequence))
+    }
 
     /// The bytes of one frame of the run.
     func slice(_ frame: Frame) -> ByteBuffer {

@@ -55,6 +55,7 @@ final class SubscriptionRouter {
         self.daemonPID = daemonPID
         self.logger = logger
         self.access = AccessControl(configuration: configuration.access)
+        self.run = PostRun(allocator: allocator)
     }
 
     var nameCount: Int { exact.count }
@@ -128,7 +129,9 @@ final class SubscriptionRouter {
     /// Marks the connections already chosen for the post or run being routed, so a connection with several
     /// matching subscriptions receives each notification once.
     private var routeMark: UInt64 = 0
-    private lazy var run = PostRun(allocator: allocator)
+    /// Not `lazy`: a lazy property's accessors copy the struct, and the copy would make every append to the
+    /// run's buffer copy the whole buffer.
+    private var run: PostRun
 
     /// Calls `body` once for every connection with a subscription matching `name` that may observe it.
     private func forEachRecipient(
@@ -148,7 +151,7 @@ final class SubscriptionRouter {
             for connection in exactSubscribers.connections { offer(connection) }
         }
         if patterns.count > 0 {
-            patterns.forEachMatch(name.split(separator: ".", omittingEmptySubsequences: false), offer)
+            patterns.forEachMatch(name: name, offer)
         }
     }
 
@@ -189,28 +192,32 @@ final class SubscriptionRouter {
     func postInRun(name: String, payload: ByteBuffer, from poster: ClientConnection, exactSubscribers: Subscribers?) {
         if run.poster !== poster || ExactName(run.name) != ExactName(name) {
             endRun()
-            run.poster = poster
-            run.name = name
-            run.sender = poster.credentials
+            run.open(poster: poster, name: name)
             forEachRecipient(of: name, exactSubscribers: exactSubscribers) { run.recipients.append($0) }
         }
-        appendToRun(payload)
+        payload.withUnsafeReadableBytes { appendToRun($0) }
     }
 
-    /// Whether `view` continues `poster`'s open run: same name, byte for byte.
-    func continuesRun(of poster: ClientConnection, _ view: PostFrameView) -> Bool {
-        run.poster === poster && view.nameEquals(run.name)
+    /// Adds the `POST` whose fields are `body` to `poster`'s open run, if it continues it: flags 0, the run's
+    /// name byte for byte, a payload within `maxPayload`. Such a post needs no other check: the first post of
+    /// the run passed them all.
+    ///
+    /// - Returns: `false` when the post does not continue the run (nothing was done).
+    func appendToRun(ifContinuedBy poster: ClientConnection, body: ByteBuffer, maxPayload: Int) -> Bool {
+        guard run.poster === poster else { return false }
+        return body.withUnsafeReadableBytes { fields in
+            guard let payload = run.continuingPayload(fields, maxPayload: maxPayload) else { return false }
+            appendToRun(payload)
+            return true
+        }
     }
 
     /// Adds one post to the open run: a sequence number, and the encoded frame if anyone receives it.
-    func appendToRun(_ payload: ByteBuffer) {
+    private func appendToRun(_ payload: UnsafeRawBufferPointer) {
         lastSequence &+= 1
         statistics.posts += 1
         guard !run.recipients.isEmpty else { return }
-        let offset = run.encoded.writerIndex
-        NotificationFrame.encode(
-            sequence: lastSequence, sender: run.sender, name: run.name, payload: payload, into: &run.encoded)
-        run.frames.append(PostRun.Frame(offset: offset, length: run.encoded.writerIndex - offset, sequence: lastSequence))
+        run.append(sequence: lastSequence, payload: payload)
         if run.encoded.readableBytes >= PostRun.byteLimit { deliverRun() }
     }
 
@@ -218,8 +225,7 @@ final class SubscriptionRouter {
     func endRun() {
         guard run.isOpen else { return }
         deliverRun()
-        run.poster = nil
-        run.recipients.removeAll(keepingCapacity: true)
+        run.close()
     }
 
     private func deliverRun() {

@@ -30,7 +30,7 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
         // Wildcard labels are replaced by a placeholder label so the name grammar checks everything else.
         var placeholderName = ""
         var labels: [Label] = []
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = Self.labels(of: text)
         for (index, part) in parts.enumerated() {
             if index > 0 { placeholderName += "." }
             switch part {
@@ -64,7 +64,7 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether `name` (a valid name) matches the pattern.
     public func matches(_ name: String) -> Bool {
-        var nameLabels = name.split(separator: ".", omittingEmptySubsequences: false)[...]
+        var nameLabels = Self.labels(of: name)[...]
         for label in labels {
             switch label {
             case .rest:
@@ -89,4 +89,10 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { text }
+
+    /// The labels of a name or pattern: split at every `.` scalar, as the name grammar and the daemon's pattern
+    /// index do (a `Character` split would keep a `.` followed by a combining mark inside a label).
+    static func labels(of text: String) -> [Substring] {
+        text.unicodeScalars.split(separator: ".", omittingEmptySubsequences: false).map { Substring($0) }
+    }
 }

@@ -65,6 +65,29 @@ struct PostRunTests {
         }
     }
 
+    @Test("Notifications from a run are byte for byte the documented NOTIFICATION encoding")
+    func runBytesAreTheDocumentedEncoding() async throws {
+        try await withServer { server in
+            let subscriber = try await server.connect("subscriber")
+            try await subscriber.subscribe("run.bytes.é", subscriptionID: 1, requestID: 1)
+            let poster = try await server.connect("poster")
+            let payloads: [[UInt8]] = [[], Array("x".utf8), Array(repeating: 0xFF, count: 3_000), Array("last".utf8)]
+            try await poster.send(
+                payloads.enumerated().map { index, payload in
+                    .post(ClientFrame.Post(requestID: UInt32(index), name: "run.bytes.é", payload: ByteBuffer(bytes: payload)))
+                })
+            for (index, payload) in payloads.enumerated() {
+                let received = try await subscriber.nextReceived()
+                var expected = ByteBuffer()
+                NotificationFrame.encode(
+                    sequence: UInt64(index + 1), sender: ownCredentials, name: "run.bytes.é",
+                    payload: ByteBuffer(bytes: payload), into: &expected)
+                #expect(received.bytes == expected, "post \(index + 1)")
+            }
+            try await subscriber.expectQuiet()
+        }
+    }
+
     @Test("A poster that observes its own name gets a run's notifications before the reply to its next request")
     func runEndsBeforeTheNextRequest() async throws {
         try await withServer { server in
