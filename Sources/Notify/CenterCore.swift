@@ -356,12 +356,24 @@ final class CenterCore: Sendable {
     // MARK: Incoming frames
 
     /// Handles one frame from `channel` (on the I/O thread).
-    func received(_ frame: ServerFrame, on channel: Channel) {
+    ///
+    /// Notifications are staged in `staging` and reach their executors when the channel handler flushes it at
+    /// the end of the read burst.
+    func received(_ frame: ServerFrame, on channel: Channel, staging: DeliveryStaging) {
+        switch frame {
+        case .notification, .notificationMerged:
+            break
+        default:
+            // Any other frame can complete something a caller waits on or reacts to (the PONG of `synchronize()`,
+            // whose return promises that earlier notifications were handed to their executors; a current value,
+            // which must come first; an OVERFLOW count; a connection event): what was read before it goes first.
+            staging.flush()
+        }
         switch frame {
         case .notification(let notification):
-            deliver(notification, mergedCount: 0)
+            deliver(notification, mergedCount: 0, staging: staging)
         case .notificationMerged(let mergedCount, let notification):
-            deliver(notification, mergedCount: mergedCount)
+            deliver(notification, mergedCount: mergedCount, staging: staging)
         case .retained(let requestID, let notification):
             deliverRetained(notification, requestID: requestID)
         case .welcome(let welcome):
@@ -482,28 +494,38 @@ final class CenterCore: Sendable {
         }
     }
 
-    private func deliver(_ frame: NotificationFrame, mergedCount: UInt64) {
-        let targets = state.withLockedValue { state -> [(ObservationCore, UInt64)] in
-            var targets: [(ObservationCore, UInt64)] = []
+    private func deliver(_ frame: NotificationFrame, mergedCount: UInt64, staging: DeliveryStaging) {
+        // A reused buffer: a fresh array per notification was one of its allocations.
+        var targets = staging.takeTargetBuffer()
+        state.withLockedValue { state in
             if let exact = state.exactObservers[ExactName(frame.name)] {
-                for core in exact { targets.append((core, state.pendingDrops.removeValue(forKey: core.key) ?? 0)) }
+                for core in exact { targets.append((core, Self.takeDrops(for: core.key, &state))) }
             }
             for key in state.patternKeys {
                 guard let entry = state.subscriptions[key], entry.pattern.matches(frame.name) else { continue }
-                let drops = state.pendingDrops.removeValue(forKey: key) ?? 0
+                let drops = Self.takeDrops(for: key, &state)
                 for core in entry.observations { targets.append((core, drops)) }
             }
-            return targets
         }
-        guard !targets.isEmpty else { return }
-        var notification = ReceivedNotification(
-            name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
-            sender: frame.sender)
-        notification.mergedCount = mergedCount
-        for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
-            notification.droppedBefore = drops
-            observer.deliver(notification)
+        if !targets.isEmpty {
+            var notification = ReceivedNotification(
+                name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
+                sender: frame.sender)
+            notification.mergedCount = mergedCount
+            for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
+                notification.droppedBefore = drops
+                staging.add(notification, for: observer)
+            }
         }
+        // Moved back, not copied: a second reference would make the buffer reallocate on its next use.
+        staging.returnTargetBuffer(consume targets)
+    }
+
+    /// The `OVERFLOW` count waiting for the next notification of `key`, cleared; skips hashing the key in the
+    /// usual case of no drops at all.
+    private static func takeDrops(for key: SubscriptionKey, _ state: inout State) -> UInt64 {
+        if state.pendingDrops.isEmpty { return 0 }
+        return state.pendingDrops.removeValue(forKey: key) ?? 0
     }
 
     /// A retained notification answers one observation's request for the current value: only it receives it.

@@ -9,6 +9,8 @@ final class DaemonChannelHandler: ChannelInboundHandler {
     /// The protocol minimum until `WELCOME` announces the daemon's limit, which also bounds its notifications.
     private var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: ProtocolConstants.minimumMaxFrameLength)
     private var failure: String?
+    /// Notifications of the current read burst, handed to their observations' executors at the burst's end.
+    private let staging = DeliveryStaging()
 
     init(core: CenterCore) {
         self.core = core
@@ -22,21 +24,32 @@ final class DaemonChannelHandler: ChannelInboundHandler {
                 if case .welcome(let welcome) = frame {
                     accumulator.maxFrameLength = max(welcome.limits.maxFrameLength, ProtocolConstants.minimumMaxFrameLength)
                 }
-                core.received(frame, on: context.channel)
+                core.received(frame, on: context.channel, staging: staging)
             }
         } catch {
+            // The frames before the malformed one were valid: they are delivered like any others.
+            staging.flush()
             failure = "protocol error from the daemon: \(error)"
             core.logger.error("protocol error from the daemon, closing", metadata: ["error": "\(error)"])
             context.close(promise: nil)
         }
     }
 
+    func channelReadComplete(context: ChannelHandlerContext) {
+        staging.flush()
+        context.fireChannelReadComplete()
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
+        // Before the disconnect is reported: observers get every notification that was read ahead of the
+        // `disconnected` event and of the failures of pending requests.
+        staging.flush()
         core.channelClosed(context.channel, reason: failure)
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
+        staging.flush()
         failure = failure ?? CenterCore.describe(error)
         context.close(promise: nil)
     }

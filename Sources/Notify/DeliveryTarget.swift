@@ -117,10 +117,18 @@ private func runIsolated(to actor: isolated any Actor, _ body: @Sendable () -> V
 /// Runs an observation's jobs in submission order.
 protocol DeliveryExecutor: Sendable {
     func enqueue(_ job: @escaping @Sendable () -> Void)
+    /// Whether `enqueue` runs the job before returning. Such an executor must not be handed batches: the
+    /// point of `.immediate` is to run as each notification is read.
+    var runsJobsInline: Bool { get }
+}
+
+extension DeliveryExecutor {
+    var runsJobsInline: Bool { false }
 }
 
 struct ImmediateExecutor: DeliveryExecutor {
     func enqueue(_ job: @escaping @Sendable () -> Void) { job() }
+    var runsJobsInline: Bool { true }
 }
 
 struct QueueExecutor: DeliveryExecutor {

@@ -16,6 +16,14 @@ final class ObservationCore: Sendable {
     /// Set while the observation waits for its current (retained) value: live notifications the daemon sent
     /// before it registered the observation are skipped, so the current value comes first.
     private let waitingForCurrentValue = NIOLockedValueBox(false)
+    /// Whether the executor runs jobs on the calling thread (`.immediate`), which makes staging pointless.
+    let runsHandlerInline: Bool
+
+    // Staged state of the current read burst (see ``DeliveryStaging``). Only the center's I/O thread touches
+    // it, so it needs no lock; stored here rather than in a dictionary of the staging so that staging a
+    // notification costs an array append, not a hash lookup.
+    nonisolated(unsafe) private var stagedBatch: [ReceivedNotification] = []
+    nonisolated(unsafe) private var isStaged = false
 
     init(
         id: UInt64, name: String, key: SubscriptionKey, executor: any DeliveryExecutor,
@@ -26,6 +34,7 @@ final class ObservationCore: Sendable {
         self.key = key
         self.executor = executor
         self.handler = handler
+        self.runsHandlerInline = executor.runsJobsInline
     }
 
     var isWaitingForCurrentValue: Bool { waitingForCurrentValue.withLockedValue { $0 } }
@@ -38,6 +47,36 @@ final class ObservationCore: Sendable {
     func deliver(_ notification: ReceivedNotification) {
         executor.enqueue { [self] in
             gate.run { handler(notification) }
+        }
+    }
+
+    /// Adds a notification to this read burst's batch (on the I/O thread).
+    ///
+    /// - Returns: `true` if the batch was empty, so the caller must remember to call ``flushStaged()``.
+    func stage(_ notification: ReceivedNotification) -> Bool {
+        stagedBatch.append(notification)
+        if isStaged { return false }
+        isStaged = true
+        return true
+    }
+
+    /// Notifications staged for the current job (on the I/O thread).
+    var stagedCount: Int { stagedBatch.count }
+
+    /// Hands the staged batch to the executor as one job (on the I/O thread).
+    ///
+    /// The gate is consulted before each notification, not once per batch: a `cancel()` that returns while the
+    /// batch runs still stops every handler invocation after it, and a handler that cancels its own
+    /// observation receives nothing more from the batch.
+    func flushStaged() {
+        var batch: [ReceivedNotification] = []
+        swap(&batch, &stagedBatch)
+        isStaged = false
+        guard !batch.isEmpty else { return }
+        executor.enqueue { [self, batch] in
+            for notification in batch {
+                gate.run { handler(notification) }
+            }
         }
     }
 

@@ -4,7 +4,8 @@ import NIOConcurrencyHelpers
 /// neither (an `OperationQueue` may be concurrent, a run loop's timers or an actor's tasks may be reordered).
 ///
 /// At most one drain step is scheduled at any moment; each step runs one job and schedules the next, so the
-/// target stays responsive to other work between notifications.
+/// target stays responsive to other work between jobs (a job is one read burst's notifications for one
+/// observation, see ``DeliveryStaging``).
 final class SerialJobQueue: Sendable {
     private struct State {
         var jobs: [@Sendable () -> Void] = []

@@ -1,0 +1,63 @@
+/// Collects the notifications of one read burst per observation, so that each observation's executor is handed
+/// one job per burst instead of one per notification.
+///
+/// A job per notification costs a thread wake-up per notification whenever the handler keeps up (the target's
+/// worker goes idle between jobs); one job per burst costs one wake-up per read.
+///
+/// Confined to the connection's I/O thread (owned by its ``DaemonChannelHandler``), like the staged state it
+/// keeps in each ``ObservationCore``. Whoever stages must call ``flush()`` before anything that a caller may
+/// observe as "later" than the staged notifications: the end of the read burst, any non-notification frame,
+/// and the end of the connection.
+final class DeliveryStaging {
+    /// The most notifications handed to one observation's executor as one job.
+    static let maxBatch = 256
+
+    /// Observations holding a staged batch, in the order their first notification of the burst arrived.
+    private var staged: [ObservationCore] = []
+    /// Scratch space for ``CenterCore`` to collect one notification's observers without allocating per
+    /// notification; see ``takeTargetBuffer()``.
+    private var targetBuffer: [(ObservationCore, UInt64)] = []
+
+    /// Hands `notification` to `observation` now if its handler runs inline, otherwise stages it for ``flush()``.
+    func add(_ notification: ReceivedNotification, for observation: ObservationCore) {
+        if observation.runsHandlerInline {
+            // Batching saves nothing for `.immediate` (there is no hop), and running it now keeps its promise of
+            // running as soon as the notification is read.
+            observation.deliver(notification)
+        } else if observation.stage(notification) {
+            staged.append(observation)
+        } else if observation.stagedCount >= Self.maxBatch {
+            // A long burst goes out in slices, so the target (the main queue, a run loop, an operation queue) can
+            // do other work between them; `staged` keeps the observation, whose next batch starts empty.
+            observation.flushStaged()
+        }
+    }
+
+    /// Hands every staged batch to its observation's executor, oldest-staged observation first.
+    func flush() {
+        guard !staged.isEmpty else { return }
+        // No executor runs a staged job synchronously (inline observations are never staged), so nothing can
+        // stage into `staged` while it is being walked.
+        for observation in staged {
+            observation.flushStaged()
+        }
+        staged.removeAll(keepingCapacity: true)
+    }
+
+    /// Lends the scratch target array, empty; give it back with ``returnTargetBuffer(_:)``.
+    ///
+    /// Moving it out (rather than filling it in place) keeps it uniquely referenced, so appending never copies,
+    /// and a nested use (a handler running inline) simply gets an empty array of its own.
+    func takeTargetBuffer() -> [(ObservationCore, UInt64)] {
+        var buffer: [(ObservationCore, UInt64)] = []
+        swap(&buffer, &targetBuffer)
+        return buffer
+    }
+
+    /// Takes back the scratch target array, dropping its references (observations may be gone by the next
+    /// notification) but keeping its capacity.
+    func returnTargetBuffer(_ buffer: consuming [(ObservationCore, UInt64)]) {
+        buffer.removeAll(keepingCapacity: true)
+        targetBuffer = buffer
+    }
+}
