@@ -23,9 +23,31 @@ final class ClientConnection: ChannelInboundHandler {
         case closed
     }
 
-    private struct Subscription {
-        var pattern: NotificationPattern
-        var policy: DeliveryPolicy
+    /// One subscription. An exact name keeps only its text (a parsed pattern's label list would be most of
+    /// the daemon's memory per subscription).
+    private enum Subscription {
+        case exact(String, DeliveryPolicy)
+        case pattern(NotificationPattern, DeliveryPolicy)
+
+        var text: String {
+            switch self {
+            case .exact(let name, _): name
+            case .pattern(let pattern, _): pattern.text
+            }
+        }
+
+        var policy: DeliveryPolicy {
+            switch self {
+            case .exact(_, let policy), .pattern(_, let policy): policy
+            }
+        }
+
+        func matches(_ name: String) -> Bool {
+            switch self {
+            case .exact(let exact, _): ExactName(exact) == ExactName(name)
+            case .pattern(let pattern, _): pattern.matches(name)
+            }
+        }
     }
 
     private let router: SubscriptionRouter
@@ -55,8 +77,9 @@ final class ClientConnection: ChannelInboundHandler {
     var routeMark: UInt64 = 0
 
     private var subscriptions: [UInt32: Subscription] = [:]
-    /// Exact name → number of this connection's subscriptions naming it.
-    private var exactNames: [ExactName: Int] = [:]
+    /// Exact name → number of this connection's subscriptions naming it beyond the first (the router lists
+    /// the connection once per name); empty unless a client subscribes to one name twice.
+    private var repeatedExactNames: [ExactName: Int] = [:]
     /// Pattern text → number of this connection's subscriptions using it.
     private var patternCounts: [ExactName: Int] = [:]
     private(set) var merged: UInt64 = 0
@@ -277,16 +300,17 @@ final class ClientConnection: ChannelInboundHandler {
             reject(requestID, .permissionDenied, denial.message)
             return
         }
-        subscriptions[subscribe.subscriptionID] = Subscription(pattern: pattern, policy: policy)
         account?.subscriptions += 1
         if pattern.hasWildcards {
+            subscriptions[subscribe.subscriptionID] = .pattern(pattern, policy)
             let count = patternCounts[ExactName(pattern.text), default: 0]
             patternCounts[ExactName(pattern.text)] = count + 1
             if count == 0 { router.addPattern(pattern, for: self) }
         } else {
-            let count = exactNames[ExactName(pattern.text), default: 0]
-            exactNames[ExactName(pattern.text)] = count + 1
-            if count == 0 { router.addSubscriber(self, to: pattern.text) }
+            subscriptions[subscribe.subscriptionID] = .exact(pattern.text, policy)
+            if !router.addSubscriber(self, to: pattern.text) {
+                repeatedExactNames[ExactName(pattern.text), default: 0] += 1
+            }
         }
         // Retained notifications first: the OK that follows tells the client the current values are complete.
         if subscribe.flags.contains(.sendRetained) {
@@ -303,26 +327,29 @@ final class ClientConnection: ChannelInboundHandler {
             return
         }
         account?.subscriptions -= 1
-        removeFromRouter(subscription.pattern)
+        removeFromRouter(subscription)
         reply(.ok(requestID: requestID))
     }
 
-    private func removeFromRouter(_ pattern: NotificationPattern) {
-        if pattern.hasWildcards {
+    private func removeFromRouter(_ subscription: Subscription) {
+        switch subscription {
+        case .pattern(let pattern, _):
             let count = patternCounts[ExactName(pattern.text), default: 1] - 1
             patternCounts[ExactName(pattern.text)] = count == 0 ? nil : count
             if count == 0 { router.removePattern(pattern, for: self) }
-        } else {
-            let count = exactNames[ExactName(pattern.text), default: 1] - 1
-            exactNames[ExactName(pattern.text)] = count == 0 ? nil : count
-            if count == 0 { router.removeSubscriber(self, from: pattern.text) }
+        case .exact(let name, _):
+            if let repeated = repeatedExactNames[ExactName(name)] {
+                repeatedExactNames[ExactName(name)] = repeated == 1 ? nil : repeated - 1
+            } else {
+                router.removeSubscriber(self, from: name)
+            }
         }
     }
 
     /// Removes every subscription from the router and returns this connection's share of its user's account
     /// (when the connection ends).
     func releaseSubscriptions() {
-        for subscription in subscriptions.values { removeFromRouter(subscription.pattern) }
+        for subscription in subscriptions.values { removeFromRouter(subscription) }
         account?.subscriptions -= subscriptions.count
         subscriptions.removeAll()
         held = nil
@@ -537,10 +564,8 @@ final class ClientConnection: ChannelInboundHandler {
     private func strongestPolicy(for name: String) -> (DeliveryPolicy, UInt32) {
         var best: (policy: DeliveryPolicy, id: UInt32)?
         for (id, subscription) in subscriptions {
-            let matches = subscription.pattern.hasWildcards
-                ? subscription.pattern.matches(name) : subscription.pattern.text.utf8.elementsEqual(name.utf8)
             // The strongest policy wins; between equals, the lowest subscription id, so the choice is stable.
-            if matches,
+            if subscription.matches(name),
                 best == nil || subscription.policy.strength > best!.policy.strength
                     || (subscription.policy.strength == best!.policy.strength && id < best!.id)
             {
@@ -568,7 +593,7 @@ final class ClientConnection: ChannelInboundHandler {
 
     private func disconnectSlowConsumer(subscriptionID: UInt32) {
         router.statistics.slowConsumerDisconnects += 1
-        let pattern = subscriptions[subscriptionID]?.pattern.text ?? "?"
+        let pattern = subscriptions[subscriptionID]?.text ?? "?"
         logger.warning(
             "disconnecting slow consumer", metadata: ["subscription": "\(subscriptionID)", "pattern": "\(pattern)"])
         _ = outbound.discardUnflushed()

@@ -12,8 +12,34 @@ import NotifyWire
 /// single event loop, so it needs no locks: every connection handler calls it from that loop.
 final class SubscriptionRouter {
     /// The connections subscribed to one exact name, each once however many of its subscriptions name it.
-    final class Subscribers {
-        var connections: [ClientConnection] = []
+    ///
+    /// Most names have a single subscriber, kept inline: no list object and no array per name (memory per
+    /// subscription is one of the daemon's targets).
+    enum Subscribers {
+        case one(ClientConnection)
+        case many(SubscriberList)
+
+        var count: Int {
+            switch self {
+            case .one: 1
+            case .many(let list): list.connections.count
+            }
+        }
+
+        @inline(__always)
+        func forEach(_ body: (ClientConnection) -> Void) {
+            switch self {
+            case .one(let connection): body(connection)
+            case .many(let list): for connection in list.connections { body(connection) }
+            }
+        }
+    }
+
+    /// The subscribers of a name with more than one, updated in place.
+    final class SubscriberList {
+        var connections: [ClientConnection]
+
+        init(_ connections: [ClientConnection]) { self.connections = connections }
     }
 
     /// The last notification posted with `retain` on a name.
@@ -92,24 +118,37 @@ final class SubscriptionRouter {
 
     // MARK: Subscriptions
 
-    /// Adds `connection` to the subscribers of exactly `name` (once per name and connection).
-    func addSubscriber(_ connection: ClientConnection, to name: String) {
-        if let subscribers = exact[ExactName(name)] {
-            subscribers.connections.append(connection)
-        } else {
-            let subscribers = Subscribers()
-            subscribers.connections.append(connection)
-            exact[ExactName(name)] = subscribers
+    /// Adds `connection` to the subscribers of exactly `name`, once per name and connection.
+    ///
+    /// - Returns: `false` if it already was one (another of its subscriptions names `name`).
+    func addSubscriber(_ connection: ClientConnection, to name: String) -> Bool {
+        let key = ExactName(name)
+        switch exact[key] {
+        case nil:
+            exact[key] = .one(connection)
+        case .one(let other):
+            if other === connection { return false }
+            exact[key] = .many(SubscriberList([other, connection]))
+        case .many(let list):
+            if list.connections.contains(where: { $0 === connection }) { return false }
+            list.connections.append(connection)
         }
+        return true
     }
 
     func removeSubscriber(_ connection: ClientConnection, from name: String) {
-        guard let subscribers = exact[ExactName(name)] else { return }
-        if let index = subscribers.connections.firstIndex(where: { $0 === connection }) {
-            subscribers.connections.swapAt(index, subscribers.connections.count - 1)
-            subscribers.connections.removeLast()
+        let key = ExactName(name)
+        switch exact[key] {
+        case nil:
+            return
+        case .one(let other):
+            if other === connection { exact.removeValue(forKey: key) }
+        case .many(let list):
+            guard let index = list.connections.firstIndex(where: { $0 === connection }) else { return }
+            list.connections.swapAt(index, list.connections.count - 1)
+            list.connections.removeLast()
+            if list.connections.count == 1 { exact[key] = .one(list.connections[0]) }
         }
-        if subscribers.connections.isEmpty { exact.removeValue(forKey: ExactName(name)) }
     }
 
     func addPattern(_ pattern: NotificationPattern, for connection: ClientConnection) {
@@ -147,9 +186,7 @@ final class SubscriptionRouter {
             if restricted, !access.mayObserve(rule!, connection.peer) { return }
             body(connection)
         }
-        if let exactSubscribers {
-            for connection in exactSubscribers.connections { offer(connection) }
-        }
+        exactSubscribers?.forEach(offer)
         if patterns.count > 0 {
             patterns.forEachMatch(name: name, offer)
         }
@@ -363,7 +400,7 @@ final class SubscriptionRouter {
             .sorted { $0.string.utf8.lexicographicallyPrecedes($1.string.utf8) }
             .map { name in
                 Introspection.Name(
-                    name: name.string, subscribers: exact[name]?.connections.count ?? 0, state: states[name]?.value,
+                    name: name.string, subscribers: exact[name]?.count ?? 0, state: states[name]?.value,
                     hasRetained: retained[name] != nil)
             }
     }

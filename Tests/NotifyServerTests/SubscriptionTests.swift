@@ -41,6 +41,46 @@ struct SubscriptionTests {
         }
     }
 
+    @Test("Subscribers of one name come and go: each post reaches exactly the connections subscribed at the time")
+    func subscribersComeAndGo() async throws {
+        try await withServer { server in
+            let name = "org.example.crowd"
+            let poster = try await server.connect("poster")
+            var clients: [TestClient] = []
+            for index in 0..<3 {
+                let client = try await server.connect("crowd-\(index)")
+                try await client.subscribe(name, subscriptionID: 7, requestID: 1)
+                clients.append(client)
+            }
+            // One subscriber, then three, then (unsubscribing the middle and closing the first) one again.
+            var posted = try await poster.postAcked(name, payload: [1], requestID: 1)
+            #expect(posted.deliveredCount == 3)
+            for client in clients { #expect(try await client.nextNotification().sequence == posted.sequence) }
+
+            try await clients[1].unsubscribe(subscriptionID: 7, requestID: 2)
+            posted = try await poster.postAcked(name, payload: [2], requestID: 2)
+            #expect(posted.deliveredCount == 2)
+            #expect(try await clients[0].nextNotification().sequence == posted.sequence)
+            #expect(try await clients[2].nextNotification().sequence == posted.sequence)
+
+            await clients[0].close()
+            _ = try await server.waitForSnapshot("crowd-0 closed") { $0.clients.count == 3 }
+            posted = try await poster.postAcked(name, payload: [3], requestID: 3)
+            #expect(posted.deliveredCount == 1)
+            #expect(try await clients[2].nextNotification().sequence == posted.sequence)
+
+            // The last one goes and comes back on a fresh subscription.
+            try await clients[2].unsubscribe(subscriptionID: 7, requestID: 3)
+            #expect(try await poster.postAcked(name, payload: [4], requestID: 4).deliveredCount == 0)
+            try await clients[1].subscribe(name, subscriptionID: 8, requestID: 4)
+            posted = try await poster.postAcked(name, payload: [5], requestID: 5)
+            #expect(posted.deliveredCount == 1)
+            #expect(try await clients[1].nextNotification().sequence == posted.sequence)
+            try await clients[1].expectQuiet()
+            try await clients[2].expectQuiet()
+        }
+    }
+
     @Test("UNSUBSCRIBE of an unknown id is answered with unknown-subscription; the connection stays usable")
     func unknownSubscription() async throws {
         try await withServer { server in
