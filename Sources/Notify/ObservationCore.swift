@@ -1,3 +1,4 @@
+import Atomics
 import NIOConcurrencyHelpers
 
 /// The library's side of one observation: its name, handler, executor and cancellation gate.
@@ -15,7 +16,8 @@ final class ObservationCore: Sendable {
     private let gate = HandlerGate()
     /// Set while the observation waits for its current (retained) value: live notifications the daemon sent
     /// before it registered the observation are skipped, so the current value comes first.
-    private let waitingForCurrentValue = NIOLockedValueBox(false)
+    /// Read for every notification on the I/O thread: an atomic flag rather than a lock.
+    private let waitingForCurrentValue = ManagedAtomic(false)
     /// Whether the executor runs jobs on the calling thread (`.immediate`), which makes staging pointless.
     let runsHandlerInline: Bool
 
@@ -37,9 +39,9 @@ final class ObservationCore: Sendable {
         self.runsHandlerInline = executor.runsJobsInline
     }
 
-    var isWaitingForCurrentValue: Bool { waitingForCurrentValue.withLockedValue { $0 } }
-    func beginWaitingForCurrentValue() { waitingForCurrentValue.withLockedValue { $0 = true } }
-    func finishWaitingForCurrentValue() { waitingForCurrentValue.withLockedValue { $0 = false } }
+    var isWaitingForCurrentValue: Bool { waitingForCurrentValue.load(ordering: .acquiring) }
+    func beginWaitingForCurrentValue() { waitingForCurrentValue.store(true, ordering: .releasing) }
+    func finishWaitingForCurrentValue() { waitingForCurrentValue.store(false, ordering: .releasing) }
 
     var isCancelled: Bool { gate.isClosed }
 
@@ -73,10 +75,10 @@ final class ObservationCore: Sendable {
         swap(&batch, &stagedBatch)
         isStaged = false
         guard !batch.isEmpty else { return }
+        // The next burst is likely as long: one allocation up front instead of growing step by step.
+        stagedBatch.reserveCapacity(batch.count)
         executor.enqueue { [self, batch] in
-            for notification in batch {
-                gate.run { handler(notification) }
-            }
+            gate.runEach(batch, handler)
         }
     }
 
