@@ -151,6 +151,26 @@ public struct SubscribeFlags: OptionSet, Sendable, Hashable {
     public static let known: SubscribeFlags = [.sendRetained]
 }
 
+extension ClientFrame.Post {
+    /// Encodes a whole `POST` frame from its fields, without a ``ClientFrame/Post`` value or a `ByteBuffer` for
+    /// the payload: a client posts straight from the caller's bytes. The same bytes as encoding
+    /// `ClientFrame.post(Post(requestID:flags:name:payload:))`.
+    ///
+    /// The caller guarantees that `name` fits in 65,535 bytes (a valid name does) and `payload` in `UInt32`.
+    public static func encode(
+        requestID: UInt32, flags: PostFlags, name: String, payload: UnsafeRawBufferPointer,
+        into buffer: inout ByteBuffer
+    ) {
+        buffer.writeWireFrame(.post) { buffer in
+            buffer.writeInteger(requestID)
+            buffer.writeInteger(flags.rawValue)
+            buffer.writeWireString(name)
+            buffer.writeInteger(UInt32(payload.count))
+            buffer.writeBytes(payload)
+        }
+    }
+}
+
 extension ClientFrame: WireFrameEncodable {
     public func encode(into buffer: inout ByteBuffer) {
         buffer.writeWireFrame(messageType) { buffer in

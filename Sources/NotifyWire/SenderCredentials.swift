@@ -8,6 +8,7 @@ public struct SenderCredentials: Sendable, Hashable, CustomStringConvertible {
     public var gid: UInt32
 
     /// Creates a set of credentials.
+    @inlinable
     public init(pid: UInt32, uid: UInt32, gid: UInt32) {
         self.pid = pid
         self.uid = uid
