@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Logging
+import Atomics
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -19,7 +20,11 @@ final class CenterCore: Sendable {
     let logger: Logger
     private let group: MultiThreadedEventLoopGroup
     let eventLoop: EventLoop
-    private let state: NIOLockedValueBox<State>
+    private let state: AdaptiveLockedValue<State>
+    private let allocator = ByteBufferAllocator()
+    /// Bumped (under the state lock) whenever observations are added or removed, so that the I/O thread can
+    /// tell without the lock whether the observers it looked up for a ``NotificationRun`` are still current.
+    private let routingGeneration = ManagedAtomic<UInt64>(0)
     private let localSender = SenderCredentials(pid: UInt32(getpid()), uid: getuid(), gid: getgid())
 
     init(configuration: NotifyCenter.Configuration) {
@@ -29,7 +34,7 @@ final class CenterCore: Sendable {
         self.logger = logger
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         self.eventLoop = group.next()
-        self.state = NIOLockedValueBox(State(reconnectDelay: configuration.reconnect.initialDelay))
+        self.state = AdaptiveLockedValue(State(reconnectDelay: configuration.reconnect.initialDelay))
     }
 
     // MARK: State
@@ -120,6 +125,14 @@ final class CenterCore: Sendable {
         var limits: ServerLimits {
             if case .connected(_, let welcome) = phase { return welcome.limits }
             return .default
+        }
+
+        /// Marks a flush as scheduled after appending to ``outgoing``; returns `true` when the caller must
+        /// schedule it (none was pending).
+        mutating func claimFlush() -> Bool {
+            if flushScheduled { return false }
+            flushScheduled = true
+            return true
         }
 
         mutating func makeRequestID() -> UInt32 {
@@ -368,6 +381,9 @@ final class CenterCore: Sendable {
             // whose return promises that earlier notifications were handed to their executors; a current value,
             // which must come first; an OVERFLOW count; a connection event): what was read before it goes first.
             staging.flush()
+            // An OVERFLOW count must reach the next notification of its subscription, which only the full path
+            // attaches; ending the run at any such frame keeps the rule simple.
+            staging.run.close()
         }
         switch frame {
         case .notification(let notification):
@@ -494,10 +510,31 @@ final class CenterCore: Sendable {
         }
     }
 
+    /// Delivers a `NOTIFICATION` (its fields, undecoded) that continues the current ``NotificationRun``; returns
+    /// `false`, having done nothing, when it does not (another name, routing changed, no run, or a layout the
+    /// full decoder must judge), and the caller then decodes it and calls ``received(_:on:staging:)``.
+    func deliverContinuingRun(_ fields: ByteBuffer, staging: DeliveryStaging) -> Bool {
+        guard staging.run.isOpen else { return false }
+        let generation = routingGeneration.load(ordering: .acquiring)
+        return fields.withUnsafeReadableBytes { bytes in
+            guard let fields = NotificationFrame.InPlaceFields(fields: bytes),
+                staging.run.continues(name: fields.name, generation: generation)
+            else { return false }
+            let observers = staging.run.observers
+            guard !observers.isEmpty else { return true }
+            let notification = ReceivedNotification(
+                name: staging.run.name, payload: Array(fields.payload), sequence: fields.sequence, sender: fields.sender)
+            for observer in observers where !observer.isWaitingForCurrentValue {
+                staging.add(notification, for: observer)
+            }
+            return true
+        }
+    }
+
     private func deliver(_ frame: NotificationFrame, mergedCount: UInt64, staging: DeliveryStaging) {
         // A reused buffer: a fresh array per notification was one of its allocations.
         var targets = staging.takeTargetBuffer()
-        state.withLockedValue { state in
+        let generation = state.withLockedValue { state -> UInt64 in
             if let exact = state.exactObservers[ExactName(frame.name)] {
                 for core in exact { targets.append((core, Self.takeDrops(for: core.key, &state))) }
             }
@@ -506,6 +543,7 @@ final class CenterCore: Sendable {
                 let drops = Self.takeDrops(for: key, &state)
                 for core in entry.observations { targets.append((core, drops)) }
             }
+            return routingGeneration.load(ordering: .relaxed)
         }
         if !targets.isEmpty {
             var notification = ReceivedNotification(
@@ -517,6 +555,9 @@ final class CenterCore: Sendable {
                 staging.add(notification, for: observer)
             }
         }
+        // The notifications after this one on the same name go to the same observers (their drop counts were
+        // just taken; new ones arrive in an OVERFLOW frame, which ends the run).
+        staging.run.open(name: frame.name, generation: generation, observers: targets.lazy.map(\.0))
         // Moved back, not copied: a second reference would make the buffer reallocate on its next use.
         staging.returnTargetBuffer(consume targets)
     }
@@ -561,42 +602,57 @@ final class CenterCore: Sendable {
     /// into one write per I/O-thread turn.
     private func enqueueLocked(_ frame: ClientFrame, _ state: inout State) -> Bool {
         frame.encode(into: &state.outgoing)
-        if state.flushScheduled { return false }
-        state.flushScheduled = true
-        return true
+        return state.claimFlush()
     }
 
     private func scheduleFlush() {
         eventLoop.execute { self.flushOutgoing() }
     }
 
+    /// Flush rounds in one turn of the I/O thread before it lets other work run (see ``flushOutgoing()``).
+    private static let maxFlushRounds = 16
+
+    /// Writes what was appended, and keeps writing while posters go on appending during its writes (up to
+    /// ``maxFlushRounds``): a steady poster's frames then go out in batches as large as one write takes to
+    /// make, without a wake-up of the I/O thread per batch. `flushScheduled` stays set until a round finds
+    /// nothing, which tells posters that their frames will be picked up.
     private func flushOutgoing() {
-        let batch = state.withLockedValue { state -> (Channel, ByteBuffer)? in
-            state.flushScheduled = false
-            guard let channel = state.channel, state.outgoing.readableBytes > 0 else { return nil }
-            let bytes = state.outgoing
-            state.outgoing = channel.allocator.buffer(capacity: min(max(bytes.readableBytes, 256), 65_536))
-            return (channel, bytes)
-        }
-        if let (channel, bytes) = batch {
+        var capacity = 4_096
+        for _ in 0..<Self.maxFlushRounds {
+            // Allocated before taking the lock, which posters wait on.
+            var fresh = allocator.buffer(capacity: capacity)
+            let batch = state.withLockedValue { state -> (Channel, ByteBuffer)? in
+                guard let channel = state.channel, state.outgoing.readableBytes > 0 else {
+                    state.flushScheduled = false
+                    return nil
+                }
+                swap(&fresh, &state.outgoing)
+                return (channel, fresh)
+            }
+            guard let (channel, bytes) = batch else { return }
+            capacity = min(max(bytes.readableBytes, 256), 65_536)
             channel.writeAndFlush(bytes, promise: nil)
         }
+        // Posters are still appending: other events on this loop go first, then the next round.
+        scheduleFlush()
     }
 
     // MARK: Requests
 
-    func post(_ name: String, payload: ByteBuffer, retain: Bool = false) throws(NotifyError) {
+    /// Posts without waiting, encoding straight from the caller's bytes into the outgoing buffer.
+    func post(_ name: String, payload: UnsafeRawBufferPointer, retain: Bool = false) throws(NotifyError) {
         try validate(name)
         if NotificationName.isProcessLocal(name) {
             postLocally(name, payload: payload)
             return
         }
         let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
-            do throws(NotifyError) { try checkPayload(payload, state.limits) } catch { return .failure(error) }
-            guard state.channel != nil else { return holdLocked(name, payload, &state) }
-            let post = ClientFrame.Post(
-                requestID: state.makeUnacknowledgedPostID(), flags: retain ? .retain : [], name: name, payload: payload)
-            return .success(enqueueLocked(.post(post), &state))
+            do throws(NotifyError) { try checkPayload(size: payload.count, state.limits) } catch { return .failure(error) }
+            guard state.channel != nil else { return holdLocked(name, ByteBuffer(bytes: payload), &state) }
+            ClientFrame.Post.encode(
+                requestID: state.makeUnacknowledgedPostID(), flags: retain ? .retain : [], name: name, payload: payload,
+                into: &state.outgoing)
+            return .success(state.claimFlush())
         }
         if try outcome.get() { scheduleFlush() }
     }
@@ -604,14 +660,14 @@ final class CenterCore: Sendable {
     func postAcknowledged(_ name: String, payload: ByteBuffer, retain: Bool = false) async throws -> PostReceipt {
         try validate(name)
         if NotificationName.isProcessLocal(name) {
-            let delivered = postLocally(name, payload: payload)
+            let delivered = payload.withUnsafeReadableBytes { postLocally(name, payload: $0) }
             return PostReceipt(sequence: 0, deliveredCount: delivered > 0 ? 1 : 0)
         }
         try await waitForConnectionIfConfigured()
         return try await withCheckedThrowingContinuation { continuation in
             let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
                 guard state.channel != nil else { return .failure(notConnectedError(state)) }
-                do throws(NotifyError) { try checkPayload(payload, state.limits) } catch { return .failure(error) }
+                do throws(NotifyError) { try checkPayload(size: payload.readableBytes, state.limits) } catch { return .failure(error) }
                 let requestID = state.makeRequestID()
                 state.pending[requestID] = .post(name: name, continuation)
                 let post = ClientFrame.Post(
@@ -683,7 +739,7 @@ final class CenterCore: Sendable {
     }
 
     @discardableResult
-    private func postLocally(_ name: String, payload: ByteBuffer) -> Int {
+    private func postLocally(_ name: String, payload: UnsafeRawBufferPointer) -> Int {
         let observers = state.withLockedValue { state -> [ObservationCore] in
             var observers = state.exactObservers[ExactName(name)] ?? []
             for key in state.patternKeys where state.subscriptions[key]?.pattern.matches(name) == true {
@@ -692,8 +748,7 @@ final class CenterCore: Sendable {
             return observers
         }
         guard !observers.isEmpty else { return 0 }
-        let notification = ReceivedNotification(
-            name: name, payload: Array(payload.readableBytesView), sequence: 0, sender: localSender)
+        let notification = ReceivedNotification(name: name, payload: Array(payload), sequence: 0, sender: localSender)
         for observer in observers { observer.deliver(notification) }
         return observers.count
     }
@@ -715,6 +770,7 @@ final class CenterCore: Sendable {
         let (core, schedule) = state.withLockedValue { state -> (ObservationCore, Bool) in
             let id = state.nextObservationID
             state.nextObservationID += 1
+            routingGeneration.wrappingIncrement(ordering: .releasing)
             let core = ObservationCore(
                 id: id, name: patternText, key: key, executor: target.makeExecutor(label: "notify.observation.\(id)"),
                 handler: handler)
@@ -763,6 +819,7 @@ final class CenterCore: Sendable {
     func remove(_ core: ObservationCore) {
         let key = core.key
         let schedule = state.withLockedValue { state -> Bool in
+            routingGeneration.wrappingIncrement(ordering: .releasing)
             if var exact = state.exactObservers[ExactName(key.pattern)] {
                 exact.removeAll { $0 === core }
                 state.exactObservers[ExactName(key.pattern)] = exact.isEmpty ? nil : exact
@@ -873,9 +930,9 @@ final class CenterCore: Sendable {
         try NotifyCenter.validate(name: name)
     }
 
-    private func checkPayload(_ payload: ByteBuffer, _ limits: ServerLimits) throws(NotifyError) {
-        if payload.readableBytes > Int(limits.maxPayloadLength) {
-            throw NotifyError.payloadTooLarge(size: payload.readableBytes, limit: Int(limits.maxPayloadLength))
+    private func checkPayload(size: Int, _ limits: ServerLimits) throws(NotifyError) {
+        if size > Int(limits.maxPayloadLength) {
+            throw NotifyError.payloadTooLarge(size: size, limit: Int(limits.maxPayloadLength))
         }
     }
 

@@ -20,7 +20,12 @@ final class DaemonChannelHandler: ChannelInboundHandler {
         guard failure == nil else { return }
         accumulator.append(unwrapInboundIn(data))
         do throws(WireDecodingError) {
-            while let frame = try accumulator.next() {
+            while var raw = try accumulator.nextRawFrame() {
+                // Most frames are notifications continuing a run on one name: routed from their bytes.
+                if raw.type == MessageType.notification.rawValue, core.deliverContinuingRun(raw.body, staging: staging) {
+                    continue
+                }
+                let frame = try ServerFrame.decode(type: raw.type, body: &raw.body)
                 if case .welcome(let welcome) = frame {
                     accumulator.maxFrameLength = max(welcome.limits.maxFrameLength, ProtocolConstants.minimumMaxFrameLength)
                 }

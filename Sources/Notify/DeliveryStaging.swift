@@ -17,6 +17,8 @@ final class DeliveryStaging {
     /// Scratch space for ``CenterCore`` to collect one notification's observers without allocating per
     /// notification; see ``takeTargetBuffer()``.
     private var targetBuffer: [(ObservationCore, UInt64)] = []
+    /// The name of the last notification read and where it went (see ``NotificationRun``).
+    var run = NotificationRun()
 
     /// Hands `notification` to `observation` now if its handler runs inline, otherwise stages it for ``flush()``.
     func add(_ notification: ReceivedNotification, for observation: ObservationCore) {

@@ -102,12 +102,17 @@ public final class NotifyCenter: Sendable {
     /// With `retain`, the daemon also keeps the notification as the name's current value, handed to later
     /// observers that ask for it (``ObservationOptions/receivesCurrentValue``).
     public func post(_ name: String, payload: some Collection<UInt8> = [UInt8](), retain: Bool = false) throws {
-        try core.post(name, payload: ByteBuffer(bytes: payload), retain: retain)
+        try withContiguousBytes(of: payload) { bytes in
+            try core.post(name, payload: bytes, retain: retain)
+        }
     }
 
     /// Posts a notification whose payload is `text` in UTF-8.
     public func post(_ name: String, text: String, retain: Bool = false) throws {
-        try core.post(name, payload: ByteBuffer(string: text), retain: retain)
+        var text = text
+        try text.withUTF8 { bytes in
+            try core.post(name, payload: UnsafeRawBufferPointer(bytes), retain: retain)
+        }
     }
 
     /// Posts a notification and waits for the daemon's receipt: the sequence number and how many connections it
@@ -175,4 +180,15 @@ public final class NotifyCenter: Sendable {
     public func connectionEvents() -> AsyncStream<ConnectionEvent> {
         core.connectionEvents()
     }
+}
+
+/// Calls `body` with `payload`'s bytes: in place when the collection stores them contiguously (an array, `Data`,
+/// a buffer), otherwise copied once into an array.
+private func withContiguousBytes<Result>(
+    of payload: some Collection<UInt8>, _ body: (UnsafeRawBufferPointer) throws -> Result
+) rethrows -> Result {
+    if let result = try payload.withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) {
+        return result
+    }
+    return try Array(payload).withUnsafeBytes(body)
 }

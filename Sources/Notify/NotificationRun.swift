@@ -1,0 +1,47 @@
+import NotifyWire
+
+/// The name of the last notification read and the observations it went to, so that the notifications after it
+/// on the same name are routed without decoding the name, taking the center's lock or hashing.
+///
+/// The daemon sends a burst of posts to one name as consecutive `NOTIFICATION` frames; for each one after the
+/// first, the library only compares the name's bytes with ``nameBytes``. Confined to the connection's I/O
+/// thread, like the ``DeliveryStaging`` that owns it.
+///
+/// A run stays valid while the center's routing generation is unchanged (observations added or removed bump
+/// it) and until any frame other than a plain `NOTIFICATION` arrives: an `OVERFLOW` count, for one, must reach
+/// the next notification of its subscription, which only the full path attaches.
+struct NotificationRun {
+    /// The name as decoded (and so validated) from the run's first notification.
+    private(set) var name = ""
+    private(set) var nameBytes: [UInt8] = []
+    /// The center's routing generation when ``observers`` were looked up.
+    private(set) var generation: UInt64 = 0
+    /// Every observation the name goes to, in routing order (possibly none).
+    private(set) var observers: [ObservationCore] = []
+    private(set) var isOpen = false
+
+    /// Starts a run on `name` with the observations just looked up for it under `generation`.
+    mutating func open(name: String, generation: UInt64, observers: some Sequence<ObservationCore>) {
+        self.name = name
+        nameBytes.removeAll(keepingCapacity: true)
+        nameBytes.append(contentsOf: name.utf8)
+        self.generation = generation
+        self.observers.removeAll(keepingCapacity: true)
+        self.observers.append(contentsOf: observers)
+        isOpen = true
+    }
+
+    /// Ends the run; the next notification takes the full path.
+    mutating func close() {
+        guard isOpen else { return }
+        isOpen = false
+        // Do not keep cancelled observations alive until the next run.
+        observers.removeAll(keepingCapacity: true)
+    }
+
+    /// Whether a notification named by `bytes` continues the run, with routing unchanged since it opened.
+    func continues(name bytes: UnsafeRawBufferPointer, generation current: UInt64) -> Bool {
+        guard isOpen, generation == current, bytes.count == nameBytes.count else { return false }
+        return nameBytes.withUnsafeBytes { $0.bytesEqual(bytes) }
+    }
+}
