@@ -523,9 +523,15 @@ final class CenterCore: Sendable {
             let observers = staging.run.observers
             guard !observers.isEmpty else { return true }
             let notification = ReceivedNotification(
-                name: staging.run.name, payload: Array(fields.payload), sequence: fields.sequence, sender: fields.sender)
-            for observer in observers where !observer.isWaitingForCurrentValue {
+                name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
+                sender: fields.sender)
+            // The last observer (usually the only one) takes the notification itself rather than a copy.
+            for observer in observers.dropLast() where !observer.isWaitingForCurrentValue {
                 staging.add(notification, for: observer)
+            }
+            let last = observers[observers.count - 1]
+            if !last.isWaitingForCurrentValue {
+                staging.add(consume notification, for: last)
             }
             return true
         }
@@ -547,8 +553,8 @@ final class CenterCore: Sendable {
         }
         if !targets.isEmpty {
             var notification = ReceivedNotification(
-                name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
-                sender: frame.sender)
+                name: frame.name, storage: frame.payload.withUnsafeReadableBytes { staging.storePayload($0) },
+                sequence: frame.sequence, sender: frame.sender)
             notification.mergedCount = mergedCount
             for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
                 notification.droppedBefore = drops

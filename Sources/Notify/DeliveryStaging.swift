@@ -19,9 +19,35 @@ final class DeliveryStaging {
     private var targetBuffer: [(ObservationCore, UInt64)] = []
     /// The name of the last notification read and where it went (see ``NotificationRun``).
     var run = NotificationRun()
+    /// Where this burst's payloads are copied (see ``PayloadBlock``); `nil` until the burst's first payload.
+    private var payloadBlock: PayloadBlock?
+    /// Payload bytes stored in this burst, and in the previous one (which sizes the next block).
+    private var burstPayloadBytes = 0
+    private var previousBurstPayloadBytes = 0
+
+    /// Copies a notification's payload out of the read buffer into this burst's ``PayloadBlock``.
+    ///
+    /// Each burst gets a block of its own, sized after the previous burst (256 bytes to 16 KiB): the handlers
+    /// release the last burst's notifications while this thread fills the next block, so the two threads never
+    /// update one block's reference count at the same time, and a trickle of notifications does not allocate
+    /// 16 KiB each. A payload larger than the block gets a block of its own.
+    func storePayload(_ bytes: UnsafeRawBufferPointer) -> ReceivedNotification.Storage {
+        if bytes.isEmpty { return .array([]) }
+        burstPayloadBytes += bytes.count
+        if let block = payloadBlock, let offset = block.append(bytes) {
+            return .block(block, offset: offset, count: bytes.count)
+        }
+        let size = min(max(2 * previousBurstPayloadBytes, 256), PayloadBlock.standardCapacity)
+        let block = PayloadBlock.make(capacity: max(bytes.count, size))
+        let offset = block.append(bytes)!
+        if bytes.count < size {
+            payloadBlock = block
+        }
+        return .block(block, offset: offset, count: bytes.count)
+    }
 
     /// Hands `notification` to `observation` now if its handler runs inline, otherwise stages it for ``flush()``.
-    func add(_ notification: ReceivedNotification, for observation: ObservationCore) {
+    func add(_ notification: consuming ReceivedNotification, for observation: ObservationCore) {
         if observation.runsHandlerInline {
             // Batching saves nothing for `.immediate` (there is no hop), and running it now keeps its promise of
             // running as soon as the notification is read.
@@ -37,6 +63,11 @@ final class DeliveryStaging {
 
     /// Hands every staged batch to its observation's executor, oldest-staged observation first.
     func flush() {
+        if burstPayloadBytes > 0 {
+            previousBurstPayloadBytes = burstPayloadBytes
+            burstPayloadBytes = 0
+            payloadBlock = nil
+        }
         guard !staged.isEmpty else { return }
         // No executor runs a staged job synchronously (inline observations are never staged), so nothing can
         // stage into `staged` while it is being walked.

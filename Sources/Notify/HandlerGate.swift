@@ -59,9 +59,12 @@ final class HandlerGate: Sendable {
         state.activeThread = pthread_self()
         condition.unlock()
 
-        for element in elements {
-            if closedFlag.load(ordering: .sequentiallyConsistent) { break }
-            body(element)
+        // By index from the buffer, so each element is lent to `body` rather than copied out of the array.
+        elements.withUnsafeBufferPointer { elements in
+            for index in elements.indices {
+                if closedFlag.load(ordering: .sequentiallyConsistent) { break }
+                body(elements[index])
+            }
         }
 
         condition.lock()

@@ -55,7 +55,7 @@ final class ObservationCore: Sendable {
     /// Adds a notification to this read burst's batch (on the I/O thread).
     ///
     /// - Returns: `true` if the batch was empty, so the caller must remember to call ``flushStaged()``.
-    func stage(_ notification: ReceivedNotification) -> Bool {
+    func stage(_ notification: consuming ReceivedNotification) -> Bool {
         stagedBatch.append(notification)
         if isStaged { return false }
         isStaged = true

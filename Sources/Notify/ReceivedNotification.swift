@@ -5,11 +5,21 @@ import NotifyWire
 public typealias SenderCredentials = NotifyWire.SenderCredentials
 
 /// A notification as an observer receives it.
+///
+/// Notifications read together from the daemon share one block of payload bytes (at most 16 KiB, or one
+/// larger payload), which lives as long as any of them: to keep many notifications for a long time, keep
+/// their ``payload`` arrays instead.
 public struct ReceivedNotification: Sendable, Hashable {
+    /// Where the payload bytes are.
+    enum Storage: Sendable {
+        case array([UInt8])
+        /// A range of a block shared with the other notifications read in the same burst.
+        case block(PayloadBlock, offset: Int, count: Int)
+    }
+
     /// The name it was posted under.
     public var name: String
-    /// The payload bytes as posted.
-    public var payload: [UInt8]
+    var storage: Storage
     /// The daemon's sequence number for the post: increases in delivery order; 0 for process-local names.
     public var sequence: UInt64
     /// Who posted it (pid, uid, gid), verified by the kernel, not claimed by the poster.
@@ -26,17 +36,70 @@ public struct ReceivedNotification: Sendable, Hashable {
 
     /// Creates a notification value (the library creates these; tests and process-local posts may too).
     public init(name: String, payload: [UInt8], sequence: UInt64, sender: SenderCredentials) {
+        self.init(name: name, storage: .array(payload), sequence: sequence, sender: sender)
+    }
+
+    init(name: String, storage: Storage, sequence: UInt64, sender: SenderCredentials) {
         self.name = name
-        self.payload = payload
+        self.storage = storage
         self.sequence = sequence
         self.sender = sender
     }
 
+    /// The payload bytes as posted.
+    ///
+    /// Each read makes an array of them; ``withPayloadBytes(_:)``, ``payloadString`` and ``payloadData`` read
+    /// them without one.
+    public var payload: [UInt8] {
+        get {
+            switch storage {
+            case .array(let bytes): bytes
+            case .block(let block, let offset, let count): block.withBytes(offset: offset, count: count) { Array($0) }
+            }
+        }
+        set { storage = .array(newValue) }
+    }
+
+    /// The number of payload bytes.
+    public var payloadCount: Int {
+        switch storage {
+        case .array(let bytes): bytes.count
+        case .block(_, _, let count): count
+        }
+    }
+
+    /// Calls `body` with the payload bytes, without copying them. The buffer is only valid inside `body`.
+    public func withPayloadBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        switch storage {
+        case .array(let bytes): try bytes.withUnsafeBytes(body)
+        case .block(let block, let offset, let count): try block.withBytes(offset: offset, count: count, body)
+        }
+    }
+
     /// The payload as text, or `nil` if it is not valid UTF-8.
     public var payloadString: String? {
-        String(validating: payload, as: UTF8.self)
+        withPayloadBytes { String(validating: $0, as: UTF8.self) }
     }
 
     /// The payload as `Data`.
-    public var payloadData: Data { Data(payload) }
+    public var payloadData: Data { withPayloadBytes { Data($0) } }
+
+    public static func == (lhs: ReceivedNotification, rhs: ReceivedNotification) -> Bool {
+        guard lhs.name == rhs.name, lhs.sequence == rhs.sequence, lhs.sender == rhs.sender,
+            lhs.mergedCount == rhs.mergedCount, lhs.droppedBefore == rhs.droppedBefore,
+            lhs.isRetained == rhs.isRetained, lhs.payloadCount == rhs.payloadCount
+        else { return false }
+        return lhs.withPayloadBytes { left in rhs.withPayloadBytes { right in left.elementsEqual(right) } }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(name)
+        hasher.combine(sequence)
+        hasher.combine(sender)
+        hasher.combine(mergedCount)
+        hasher.combine(droppedBefore)
+        hasher.combine(isRetained)
+        hasher.combine(payloadCount)
+        withPayloadBytes { hasher.combine(bytes: $0) }
+    }
 }

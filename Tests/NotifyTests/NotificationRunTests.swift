@@ -158,4 +158,40 @@ struct NotificationRunTests {
         await observer.close()
         try await daemon.stop()
     }
+
+    @Test("notifications kept after their burst still hold their own payloads, small and larger than a block")
+    func keptNotificationsKeepTheirPayloads() async throws {
+        let daemon = try await TestDaemon.start()
+        let observer = try await daemon.center()
+        let poster = try await daemon.center()
+        let count = TestScale.count(3_000)
+        let kept = Collector<ReceivedNotification>()
+        let observation = try observer.observe("run.kept", on: .queue(DispatchQueue(label: "run.kept"))) { kept.append($0) }
+        try await observer.synchronize()
+        // Every 97th payload is larger than a payload block (16 KiB); the rest vary from 0 to 199 bytes.
+        func payload(_ index: Int) -> [UInt8] {
+            let size = index % 97 == 0 ? 20_000 + index : index % 200
+            return (0..<size).map { UInt8(truncatingIfNeeded: $0 &+ index) }
+        }
+        for index in 0..<count { try poster.post("run.kept", payload: payload(index)) }
+        let notifications = try await kept.wait(for: count, timeout: TestScale.timeout(30), "every notification")
+        var wrong = 0
+        for (index, notification) in notifications.enumerated() {
+            let expected = payload(index)
+            if notification.payload != expected || notification.payloadCount != expected.count { wrong += 1 }
+            if notification.withPayloadBytes({ Array($0) }) != expected { wrong += 1 }
+        }
+        #expect(wrong == 0)
+        // Equality and hashing go by the bytes, wherever they are stored.
+        var copy = notifications[5]
+        copy.payload = payload(5)
+        #expect(copy == notifications[5])
+        #expect(copy.hashValue == notifications[5].hashValue)
+        copy.payload = payload(6)
+        #expect(copy != notifications[5])
+        withExtendedLifetime(observation) {}
+        await poster.close()
+        await observer.close()
+        try await daemon.stop()
+    }
 }
