@@ -162,12 +162,19 @@ extension ClientFrame.Post {
         into buffer: inout ByteBuffer
     ) {
         buffer.writeWireFrame(.post) { buffer in
-            buffer.writeInteger(requestID)
-            buffer.writeInteger(flags.rawValue)
-            buffer.writeWireString(name)
-            buffer.writeInteger(UInt32(payload.count))
-            buffer.writeBytes(payload)
+            writeFields(requestID: requestID, flags: flags, name: name, payload: payload, into: &buffer)
         }
+    }
+
+    /// `POST`'s fields, for both ways of encoding it.
+    fileprivate static func writeFields(
+        requestID: UInt32, flags: PostFlags, name: String, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer
+    ) {
+        buffer.writeInteger(requestID)
+        buffer.writeInteger(flags.rawValue)
+        buffer.writeWireString(name)
+        buffer.writeInteger(UInt32(payload.count))
+        buffer.writeBytes(payload)
     }
 }
 
@@ -190,10 +197,10 @@ extension ClientFrame: WireFrameEncodable {
                 buffer.writeInteger(requestID)
                 buffer.writeInteger(subscriptionID)
             case .post(let post):
-                buffer.writeInteger(post.requestID)
-                buffer.writeInteger(post.flags.rawValue)
-                buffer.writeWireString(post.name)
-                buffer.writeWirePayload(post.payload)
+                post.payload.withUnsafeReadableBytes { payload in
+                    Post.writeFields(
+                        requestID: post.requestID, flags: post.flags, name: post.name, payload: payload, into: &buffer)
+                }
             case .ping(let requestID), .suspend(let requestID), .resume(let requestID):
                 buffer.writeInteger(requestID)
             case .setState(let requestID, let name, let value):
