@@ -78,12 +78,26 @@ final class CenterCore: Sendable {
             var failFast: Bool
         }
 
-        var phase = Phase.idle
+        var phase = Phase.idle {
+            didSet {
+                switch phase {
+                case .connected(_, let welcome): postingLimits = welcome.limits
+                case .handshaking: postingLimits = .default
+                case .idle, .connecting, .waitingToReconnect, .closed: postingLimits = nil
+                }
+            }
+        }
+        /// The limits a post is checked against while there is a channel to post on (`nil` without one): kept
+        /// with ``phase`` so that each post reads two integers instead of taking the channel and the `WELCOME`
+        /// out of the phase (a retain and release of each).
+        private(set) var postingLimits: ServerLimits?
         var outgoing = ByteBuffer()
         /// Posts made while disconnected under `DisconnectedPosting.wait`, oldest first.
         var held: [(deadline: NIODeadline, name: String, payload: ByteBuffer)] = []
         var heldExpiryScheduled = false
         var flushScheduled = false
+        /// The name of the last successful `post`, which passed the grammar (compared byte for byte).
+        var lastPostedName: ExactName?
         var nextRequestID: UInt32 = 1
         var nextUnacknowledgedPostID: UInt32 = 0
         var nextSubscriptionID: UInt32 = 1
@@ -647,14 +661,23 @@ final class CenterCore: Sendable {
 
     /// Posts without waiting, encoding straight from the caller's bytes into the outgoing buffer.
     func post(_ name: String, payload: UnsafeRawBufferPointer, retain: Bool = false) throws(NotifyError) {
-        try validate(name)
         if NotificationName.isProcessLocal(name) {
+            try validate(name)
             postLocally(name, payload: payload)
             return
         }
         let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
-            do throws(NotifyError) { try checkPayload(size: payload.count, state.limits) } catch { return .failure(error) }
-            guard state.channel != nil else { return holdLocked(name, ByteBuffer(bytes: payload), &state) }
+            do throws(NotifyError) {
+                // Posters usually repeat a name: it is checked against the grammar once, not on every post.
+                if state.lastPostedName != ExactName(name) {
+                    try validate(name)
+                    state.lastPostedName = ExactName(name)
+                }
+                try checkPayload(size: payload.count, state.postingLimits ?? .default)
+            } catch {
+                return .failure(error)
+            }
+            guard state.postingLimits != nil else { return holdLocked(name, ByteBuffer(bytes: payload), &state) }
             ClientFrame.Post.encode(
                 requestID: state.makeUnacknowledgedPostID(), flags: retain ? .retain : [], name: name, payload: payload,
                 into: &state.outgoing)

@@ -107,6 +107,14 @@ public final class NotifyCenter: Sendable {
         }
     }
 
+    /// Posts a notification whose payload is the array `payload`: the same as the generic `post`, without
+    /// dispatching through `Collection` for the most common payload type.
+    public func post(_ name: String, payload: [UInt8], retain: Bool = false) throws {
+        try payload.withUnsafeBytes { bytes in
+            try core.post(name, payload: bytes, retain: retain)
+        }
+    }
+
     /// Posts a notification whose payload is `text` in UTF-8.
     public func post(_ name: String, text: String, retain: Bool = false) throws {
         var text = text

@@ -47,6 +47,11 @@ final class ObservationCore: Sendable {
 
     /// Hands a notification to the executor; the handler runs there unless the observation is cancelled first.
     func deliver(_ notification: ReceivedNotification) {
+        if runsHandlerInline {
+            // Same as enqueueing on the inline executor, without allocating a job per notification.
+            gate.run { handler(notification) }
+            return
+        }
         executor.enqueue { [self] in
             gate.run { handler(notification) }
         }

@@ -157,29 +157,44 @@ extension ClientFrame.Post {
     /// `ClientFrame.post(Post(requestID:flags:name:payload:))`.
     ///
     /// The caller guarantees that `name` fits in 65,535 bytes (a valid name does) and `payload` in `UInt32`.
+    /// Written with one reservation of the buffer: posting runs this for every post.
     public static func encode(
         requestID: UInt32, flags: PostFlags, name: String, payload: UnsafeRawBufferPointer,
         into buffer: inout ByteBuffer
     ) {
-        buffer.writeWireFrame(.post) { buffer in
-            writeFields(requestID: requestID, flags: flags, name: name, payload: payload, into: &buffer)
+        var name = name
+        name.withUTF8 { nameBytes in
+            precondition(nameBytes.count <= Int(UInt16.max), "wire strings are limited to 65,535 bytes")
+            // type u8, request_id u32, flags u8, name (u16 + bytes), payload (u32 + bytes)
+            let bodyLength = 1 + 4 + 1 + 2 + nameBytes.count + 4 + payload.count
+            let total = ProtocolConstants.lengthPrefixSize + bodyLength
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
+                out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
+                out[4] = MessageType.post.rawValue
+                out.storeBytes(of: requestID.bigEndian, toByteOffset: 5, as: UInt32.self)
+                out[9] = flags.rawValue
+                out.storeBytes(of: UInt16(nameBytes.count).bigEndian, toByteOffset: 10, as: UInt16.self)
+                var position = 12
+                UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + nameBytes.count)])
+                    .copyMemory(from: UnsafeRawBufferPointer(nameBytes))
+                position += nameBytes.count
+                out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
+                position += 4
+                UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)]).copyMemory(from: payload)
+                return total
+            }
         }
-    }
-
-    /// `POST`'s fields, for both ways of encoding it.
-    fileprivate static func writeFields(
-        requestID: UInt32, flags: PostFlags, name: String, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer
-    ) {
-        buffer.writeInteger(requestID)
-        buffer.writeInteger(flags.rawValue)
-        buffer.writeWireString(name)
-        buffer.writeInteger(UInt32(payload.count))
-        buffer.writeBytes(payload)
     }
 }
 
 extension ClientFrame: WireFrameEncodable {
     public func encode(into buffer: inout ByteBuffer) {
+        if case .post(let post) = self {
+            post.payload.withUnsafeReadableBytes { payload in
+                Post.encode(requestID: post.requestID, flags: post.flags, name: post.name, payload: payload, into: &buffer)
+            }
+            return
+        }
         buffer.writeWireFrame(messageType) { buffer in
             switch self {
             case .hello(let hello):
@@ -196,11 +211,8 @@ extension ClientFrame: WireFrameEncodable {
             case .unsubscribe(let requestID, let subscriptionID):
                 buffer.writeInteger(requestID)
                 buffer.writeInteger(subscriptionID)
-            case .post(let post):
-                post.payload.withUnsafeReadableBytes { payload in
-                    Post.writeFields(
-                        requestID: post.requestID, flags: post.flags, name: post.name, payload: payload, into: &buffer)
-                }
+            case .post:
+                preconditionFailure("POST is encoded by ClientFrame.Post.encode, above")
             case .ping(let requestID), .suspend(let requestID), .resume(let requestID):
                 buffer.writeInteger(requestID)
             case .setState(let requestID, let name, let value):

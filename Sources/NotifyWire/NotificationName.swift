@@ -8,6 +8,7 @@
 public enum NotificationName {
     /// The prefix of names that never leave the posting process.
     public static let processLocalPrefix = "self."
+    private static let processLocalPrefixBytes = Array(processLocalPrefix.utf8)
 
     /// The longest name the grammar allows, in UTF-8 bytes (a daemon may announce a lower limit).
     public static let maxLength = 255
@@ -50,7 +51,14 @@ public enum NotificationName {
 
     /// Whether `name` is process-local (starts with `self.`): such names never reach a daemon.
     public static func isProcessLocal(_ name: String) -> Bool {
-        name.utf8.starts(with: processLocalPrefix.utf8)
+        // Over the contiguous UTF-8 (native strings already are) rather than the generic UTF8View: this runs on
+        // every post.
+        var name = name
+        return name.withUTF8 { bytes in
+            bytes.count >= processLocalPrefixBytes.count
+                && UnsafeBufferPointer(rebasing: bytes.prefix(processLocalPrefixBytes.count))
+                    .elementsEqual(processLocalPrefixBytes)
+        }
     }
 
     /// Scalars at or above U+00A0 that are still rejected, because they are invisible or ambiguous and would
