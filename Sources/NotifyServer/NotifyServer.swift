@@ -168,11 +168,24 @@ public final class NotifyServer: Service, Sendable {
         switch configuration.listenAddress {
         case .path(let path):
             try SocketFile.prepare(path: path)
-            let channel = try await bootstrap.bind(unixDomainSocketPath: path).get()
-            if chmod(path, mode_t(configuration.socketMode)) != 0 {
+            // Bound in a private directory, given its mode, then moved into place: see
+            // `SocketFile.makeStagingDirectory(for:)`.
+            let staging = try SocketFile.makeStagingDirectory(for: path)
+            defer { if let staging { rmdir(staging) } }
+            let bindPath = staging.map { $0 + "/s" } ?? path
+            let channel = try await bootstrap.bind(unixDomainSocketPath: bindPath).get()
+            if chmod(bindPath, mode_t(configuration.socketMode)) != 0 {
                 let code = errno
                 channel.close(promise: nil)
+                unlink(bindPath)
                 throw ServerError.socketSetupFailed(path: path, reason: "chmod failed: \(String(cString: strerror(code)))")
+            }
+            if bindPath != path, rename(bindPath, path) != 0 {
+                let code = errno
+                channel.close(promise: nil)
+                unlink(bindPath)
+                throw ServerError.socketSetupFailed(
+                    path: path, reason: "cannot move the socket into place: \(String(cString: strerror(code)))")
             }
             return (channel, path)
         case .inheritedDescriptor(let descriptor, _):

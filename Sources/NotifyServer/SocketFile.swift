@@ -26,6 +26,28 @@ enum SocketFile {
         }
     }
 
+    /// A private directory next to `path` (mode 0700, on the same filesystem) to bind the socket in before
+    /// moving it to `path`, or `nil` when its longer path would not fit in a socket address.
+    ///
+    /// The socket file then has its final mode from the moment it is reachable at `path`: bound there directly,
+    /// it accepted connections under the umask's mode until `chmod` ran (refusing users the mode lets in, or,
+    /// with a permissive umask, letting in users it does not). Changing the umask instead would affect the
+    /// whole process.
+    static func makeStagingDirectory(for path: String) throws -> String? {
+        // "/run/notifyd.sock" → "/run", "/notifyd.sock" → "" (the root), "notifyd.sock" → ".".
+        let parent = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        let template = parent + "/.notifyd-XXXXXX"
+        guard template.utf8.count + 2 < 108 else { return nil }  // + "/s"
+        var bytes = Array(template.utf8CString)
+        let created = bytes.withUnsafeMutableBufferPointer { buffer in
+            mkdtemp(buffer.baseAddress!).map { String(cString: $0) }
+        }
+        guard let created else {
+            throw ServerError.socketSetupFailed(path: path, reason: "cannot create a directory to bind in: \(errnoDescription())")
+        }
+        return created
+    }
+
     private static func createDirectories(for path: String, mode: mode_t) throws {
         var components = path.split(separator: "/", omittingEmptySubsequences: false).dropLast()
         guard !components.isEmpty else { return }

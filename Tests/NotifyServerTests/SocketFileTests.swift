@@ -41,6 +41,26 @@ struct SocketFileTests {
         #expect(await server.server.snapshot() == nil, "no snapshot once stopped")
     }
 
+    @Test("The socket appears with exactly the configured mode, and nothing else is left in its directory")
+    func socketModeAndNoLeftovers() async throws {
+        let directory = try TestServer.makeTemporaryDirectory()
+        defer { TestServer.removeDirectory(directory) }
+        // Bound in a private directory next to the path and moved into place with its mode already set, so a
+        // client never finds it with the umask's permissions; the private directory goes away again.
+        let server = try await TestServer.start(in: directory) { $0.socketMode = 0o666 }
+        do {
+            var info = stat()
+            #expect(lstat(server.socketPath, &info) == 0)
+            #expect(info.st_mode & 0o777 == 0o666)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["notifyd.sock"])
+            try await server.connect("after-move").expectQuiet()
+        } catch {
+            server.abandon()
+            throw error
+        }
+        try await server.stop()
+    }
+
     @Test("Missing directories of the socket path are created")
     func createsDirectories() async throws {
         let directory = try TestServer.makeTemporaryDirectory()
