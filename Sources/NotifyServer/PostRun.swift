@@ -63,7 +63,11 @@ struct PostRun {
     /// The payload of a `POST` whose fields (after the type byte) are `fields`, if it is a plain post
     /// (flags 0) to this run's name with a payload of at most `maxPayload` bytes; `nil` otherwise (the caller
     /// then decodes it in full, which also reports any error precisely).
-    func continuingPayload(_ fields: UnsafeRawBufferPointer, maxPayload: Int) -> UnsafeRawBufferPointer? {
+    ///
+    /// `mutating` although it changes nothing: called on the router's stored run, a non-mutating method got a
+    /// copy of the whole run (a retain and release of each of its references, per post: half the daemon's time
+    /// at one subscriber); a mutating one works on it in place.
+    mutating func continuingPayload(_ fields: UnsafeRawBufferPointer, maxPayload: Int) -> UnsafeRawBufferPointer? {
         // request_id u32, flags u8, name (u16 + bytes), payload (u32 + bytes)
         let nameStart = 4 + 1 + 2
         guard fields.count >= nameStart, fields[4] == 0 else { return nil }
