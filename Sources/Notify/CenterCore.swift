@@ -136,10 +136,7 @@ final class CenterCore: Sendable {
             }
         }
 
-        var limits: ServerLimits {
-            if case .connected(_, let welcome) = phase { return welcome.limits }
-            return .default
-        }
+        var limits: ServerLimits { postingLimits ?? .default }
 
         /// Marks a flush as scheduled after appending to ``outgoing``; returns `true` when the caller must
         /// schedule it (none was pending).
@@ -673,7 +670,7 @@ final class CenterCore: Sendable {
                     try validate(name)
                     state.lastPostedName = ExactName(name)
                 }
-                try checkPayload(size: payload.count, state.postingLimits ?? .default)
+                try checkPayload(size: payload.count, state.limits)
             } catch {
                 return .failure(error)
             }

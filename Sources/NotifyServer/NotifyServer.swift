@@ -174,19 +174,15 @@ public final class NotifyServer: Service, Sendable {
             defer { if let staging { rmdir(staging) } }
             let bindPath = staging.map { $0 + "/s" } ?? path
             let channel = try await bootstrap.bind(unixDomainSocketPath: bindPath).get()
-            if chmod(bindPath, mode_t(configuration.socketMode)) != 0 {
-                let code = errno
+            /// Gives up on the bound socket after a failed `what`, whose `errno` is still current.
+            func abandon(_ what: String) -> ServerError {
+                let reason = "\(what): \(String(cString: strerror(errno)))"
                 channel.close(promise: nil)
                 unlink(bindPath)
-                throw ServerError.socketSetupFailed(path: path, reason: "chmod failed: \(String(cString: strerror(code)))")
+                return ServerError.socketSetupFailed(path: path, reason: reason)
             }
-            if bindPath != path, rename(bindPath, path) != 0 {
-                let code = errno
-                channel.close(promise: nil)
-                unlink(bindPath)
-                throw ServerError.socketSetupFailed(
-                    path: path, reason: "cannot move the socket into place: \(String(cString: strerror(code)))")
-            }
+            if chmod(bindPath, mode_t(configuration.socketMode)) != 0 { throw abandon("chmod failed") }
+            if bindPath != path, rename(bindPath, path) != 0 { throw abandon("cannot move the socket into place") }
             return (channel, path)
         case .inheritedDescriptor(let descriptor, _):
             let channel = try await bootstrap.withBoundSocket(descriptor).get()

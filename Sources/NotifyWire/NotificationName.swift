@@ -54,11 +54,7 @@ public enum NotificationName {
         // Over the contiguous UTF-8 (native strings already are) rather than the generic UTF8View: this runs on
         // every post.
         var name = name
-        return name.withUTF8 { bytes in
-            bytes.count >= processLocalPrefixBytes.count
-                && UnsafeBufferPointer(rebasing: bytes.prefix(processLocalPrefixBytes.count))
-                    .elementsEqual(processLocalPrefixBytes)
-        }
+        return name.withUTF8 { $0.starts(with: processLocalPrefixBytes) }
     }
 
     /// Scalars at or above U+00A0 that are still rejected, because they are invisible or ambiguous and would
