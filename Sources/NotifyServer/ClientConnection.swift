@@ -75,6 +75,8 @@ final class ClientConnection: ChannelInboundHandler {
     private(set) var number: UInt64 = 0
     /// The router's mark of the last post or run routed to this connection (to deliver each post once).
     var routeMark: UInt64 = 0
+    /// The route of this connection's last run of posts, kept by the router for its next post.
+    var parkedRoute: PostRun.ParkedRoute?
 
     private var subscriptions: [UInt32: Subscription] = [:]
     /// Exact name → number of this connection's subscriptions naming it beyond the first (the router lists
@@ -491,14 +493,7 @@ final class ClientConnection: ChannelInboundHandler {
     /// - Returns: how many of the run's notifications were queued or held.
     func deliver(run: PostRun) -> Int {
         guard state == .open else { return 0 }
-        let size = run.encoded.readableBytes
-        if held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, accountAllows(size) {
-            outbound.append(run.encoded)
-            accountedBytes += size
-            account?.outboundBytes += size
-            if outbound.buffer.readableBytes >= eagerFlushBytes { flushOutbound() } else { markDirty() }
-            return run.frames.count
-        }
+        if takeWhole(run.encoded) { return run.frames.count }
         // Slow path: the policy is the same for every post of the run, so it is looked up once.
         let policy = strongestPolicy(for: run.name)
         if held != nil, policy.0 == .coalesce, let last = run.frames.last {
@@ -513,6 +508,24 @@ final class ClientConnection: ChannelInboundHandler {
             if deliver(run.slice(frame), name: run.name, sequence: frame.sequence, policy: policy) { delivered += 1 }
         }
         return delivered
+    }
+
+    /// Queues a run's encoded notifications in one append, if the connection can take them all now: the
+    /// common case of ``deliver(run:)``, which the router tries first because passing it the whole run
+    /// copies the run.
+    ///
+    /// - Returns: `false` if nothing was done (the connection is not open, or the run must go through
+    ///   ``deliver(run:)``).
+    func takeWhole(_ encoded: ByteBuffer) -> Bool {
+        let size = encoded.readableBytes
+        guard state == .open, held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit,
+            accountAllows(size)
+        else { return false }
+        outbound.append(encoded)
+        accountedBytes += size
+        account?.outboundBytes += size
+        if outbound.buffer.readableBytes >= eagerFlushBytes { flushOutbound() } else { markDirty() }
+        return true
     }
 
     private func accountAllows(_ size: Int) -> Bool {
@@ -709,11 +722,21 @@ final class ClientConnection: ChannelInboundHandler {
         if outbound.hasUnflushedBytes {
             let bytes = outbound.takeForWrite()
             let count = bytes.readableBytes
-            let promise = context.eventLoop.makePromise(of: Void.self)
-            promise.futureResult.assumeIsolated().whenComplete { [self] _ in
+            // Most writes finish inside this call, and a promise per write (an allocation, a callback and a
+            // generic-metadata lookup) was a tenth of a lone message's time in the daemon. So write without
+            // one: if the channel no longer holds the bytes afterwards, they were written (and their storage
+            // takes the next batch). Only a write the channel could not finish gets a completion: an empty
+            // write behind it, which the channel completes once everything before it is written.
+            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+            if outbound.recycle(bytes) {
                 writeCompleted(count)
+            } else {
+                let barrier = context.eventLoop.makePromise(of: Void.self)
+                barrier.futureResult.assumeIsolated().whenComplete { [self] _ in
+                    writeCompleted(count)
+                }
+                context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: barrier)
             }
-            context.writeAndFlush(wrapOutboundOut(bytes), promise: promise)
         }
         if state == .closing, outbound.pendingBytes == 0 {
             state = .closed

@@ -29,13 +29,33 @@ struct OutboundQueue {
         frame.encode(into: &buffer)
     }
 
+    /// Emptied storage of an earlier batch, ready to take the next one.
+    private var spare: ByteBuffer?
+    /// The largest storage kept as ``spare``: an idle connection should not keep a burst's worth of memory.
+    private static let spareCapacityLimit = 4096
+
     /// Takes the unflushed bytes to hand to the channel, counting them as in flight.
     mutating func takeForWrite() -> ByteBuffer {
         let bytes = buffer
         inFlightBytes += bytes.readableBytes
-        // The written batch is owned by the channel now; the next one starts in fresh storage sized like it.
-        buffer = allocator.buffer(capacity: min(max(bytes.readableBytes, 256), 65_536))
+        // The batch belongs to the channel until it is written; the next one starts in the spare storage, or
+        // in fresh storage sized like this one.
+        if let spare = spare.take() {
+            buffer = spare
+        } else {
+            buffer = allocator.buffer(capacity: min(max(bytes.readableBytes, 256), 65_536))
+        }
         return bytes
+    }
+
+    /// Keeps a batch's storage for a later batch, if the channel has let go of it (its write is complete).
+    ///
+    /// - Returns: `true` if the channel holds no reference to `bytes`: their write has completed.
+    mutating func recycle(_ bytes: consuming ByteBuffer) -> Bool {
+        var bytes = bytes
+        guard bytes.modifyIfUniquelyOwned({ $0.clear() }) != nil else { return false }
+        if spare == nil, bytes.capacity <= Self.spareCapacityLimit { spare = bytes }
+        return true
     }
 
     /// Records that `count` bytes handed out by ``takeForWrite()`` were written or discarded.

@@ -9,7 +9,22 @@ import NotifyWire
 /// name's bytes and encodes the frame once. The run ends before the poster's next frame of any other kind,
 /// at the end of the read, or when the buffer reaches ``byteLimit``, so ordering is what it would be with one
 /// fan-out per post.
+///
+/// A run that ends leaves its route (name, recipients, encoded fields) with its poster as a ``ParkedRoute``.
+/// The poster's next post to the same name, in a later read and whatever others posted in between, resumes
+/// it instead of being decoded and routed again: a client that posts one notification at a time (a ping, a
+/// change event) costs the daemon what a post inside a burst does. The router's routing generation, bumped by
+/// every change that could change a route, tells whether a parked route still holds.
 struct PostRun {
+    /// A finished run's route, kept by its poster for its next post to the same name.
+    struct ParkedRoute {
+        var name: String
+        var sharedFields: [UInt8]
+        var recipients: [ClientConnection]
+        /// The router's routing generation when the route was worked out.
+        var generation: UInt64
+    }
+
     /// Where one post's `NOTIFICATION` sits in ``encoded``.
     struct Frame {
         var offset: Int
@@ -27,6 +42,9 @@ struct PostRun {
     /// Each recipient once; empty when nobody may see the name (posts then only take a sequence number).
     var recipients: [ClientConnection] = []
     var frames: [Frame] = []
+    /// The router's routing generation when the recipients were worked out (a change during the run outdates
+    /// the route it parks).
+    private var generation: UInt64 = 0
     /// The run's frames back to back. Reused from run to run: recipients copy it, so its storage stays unique.
     var encoded: ByteBuffer
     /// The `NOTIFICATION` fields that are the same for every post of the run, as encoded: sender pid, uid and
@@ -41,9 +59,17 @@ struct PostRun {
     var isOpen: Bool { poster != nil }
 
     /// Opens a run of posts by `poster` to `name`; the caller fills in ``recipients``.
-    mutating func open(poster: ClientConnection, name: String) {
+    ///
+    /// Takes the storage of the poster's parked route, if it has one (it is for another name or outdated).
+    mutating func open(poster: ClientConnection, name: String, generation: UInt64) {
+        if let parked = poster.parkedRoute.take() {
+            sharedFields = parked.sharedFields
+            recipients = parked.recipients
+            recipients.removeAll(keepingCapacity: true)
+        }
         self.poster = poster
         self.name = name
+        self.generation = generation
         let sender = poster.credentials
         sharedFields.removeAll(keepingCapacity: true)
         for value in [sender.pid, sender.uid, sender.gid] {
@@ -54,10 +80,35 @@ struct PostRun {
         sharedFields.append(contentsOf: name.utf8)
     }
 
-    /// Closes the run (its frames must have been handed out).
-    mutating func close() {
-        poster = nil
-        recipients.removeAll(keepingCapacity: true)
+    /// Closes the run (its frames must have been handed out) and parks its route with its poster.
+    ///
+    /// - Returns: the poster if it had no parked route before (the router then lists it among the
+    ///   connections holding one).
+    mutating func close() -> ClientConnection? {
+        guard let poster else { return nil }
+        self.poster = nil
+        let wasParked = poster.parkedRoute != nil
+        // The arrays move to the poster; the next run of another poster takes its own poster's storage, or
+        // allocates once for a poster's first run.
+        poster.parkedRoute = ParkedRoute(
+            name: name, sharedFields: sharedFields, recipients: recipients, generation: generation)
+        sharedFields = []
+        recipients = []
+        return wasParked ? nil : poster
+    }
+
+    /// Reopens `poster`'s parked route as this (closed) run, if it is still current.
+    ///
+    /// - Returns: `false` when the poster has no parked route or the routing changed since (the route is
+    ///   left parked: the next ``open(poster:name:generation:)`` reuses its storage).
+    mutating func resume(_ poster: ClientConnection, generation: UInt64) -> Bool {
+        guard poster.parkedRoute?.generation == generation, let parked = poster.parkedRoute.take() else { return false }
+        self.poster = poster
+        self.generation = generation
+        name = parked.name
+        sharedFields = parked.sharedFields
+        recipients = parked.recipients
+        return true
     }
 
     /// The payload of a `POST` whose fields (after the type byte) are `fields`, if it is a plain post

@@ -92,6 +92,7 @@ final class SubscriptionRouter {
     /// Replaces the access rules and quotas (configuration reload); existing subscriptions are kept.
     func updateAccess(_ configuration: AccessConfiguration) {
         access = AccessControl(configuration: configuration)
+        routingChanged()
     }
 
     // MARK: Connections and accounts
@@ -114,6 +115,11 @@ final class SubscriptionRouter {
         guard connections.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
         holding.removeValue(forKey: ObjectIdentifier(connection))
         connection.releaseSubscriptions()
+        // Parked routes may list the closed connection: drop them all rather than keep it alive until each of
+        // their posters posts again. Closes are rare next to posts, and only posters park routes.
+        for poster in parkedPosters { poster.parkedRoute = nil }
+        parkedPosters.removeAll(keepingCapacity: true)
+        routingChanged()
     }
 
     // MARK: Subscriptions
@@ -122,6 +128,7 @@ final class SubscriptionRouter {
     ///
     /// - Returns: `false` if it already was one (another of its subscriptions names `name`).
     func addSubscriber(_ connection: ClientConnection, to name: String) -> Bool {
+        routingChanged()
         let key = ExactName(name)
         switch exact[key] {
         case nil:
@@ -137,6 +144,7 @@ final class SubscriptionRouter {
     }
 
     func removeSubscriber(_ connection: ClientConnection, from name: String) {
+        routingChanged()
         let key = ExactName(name)
         switch exact[key] {
         case nil:
@@ -152,11 +160,19 @@ final class SubscriptionRouter {
     }
 
     func addPattern(_ pattern: NotificationPattern, for connection: ClientConnection) {
+        routingChanged()
         patterns.insert(pattern, connection)
     }
 
     func removePattern(_ pattern: NotificationPattern, for connection: ClientConnection) {
+        routingChanged()
         patterns.remove(pattern, connection)
+    }
+
+    /// Outdates every parked route (see ``PostRun/ParkedRoute``): called by each change that could change
+    /// who receives a name or whether a poster may post to it.
+    private func routingChanged() {
+        routingGeneration &+= 1
     }
 
     /// The exact subscribers of `name`, if any; having them also proves it passed the name grammar when it
@@ -171,6 +187,10 @@ final class SubscriptionRouter {
     /// Not `lazy`: a lazy property's accessors copy the struct, and the copy would make every append to the
     /// run's buffer copy the whole buffer.
     private var run: PostRun
+    /// Counts the changes that outdate parked routes.
+    private var routingGeneration: UInt64 = 0
+    /// The connections holding a parked route.
+    private var parkedPosters: [ClientConnection] = []
 
     /// Calls `body` once for every connection with a subscription matching `name` that may observe it.
     private func forEachRecipient(
@@ -229,7 +249,7 @@ final class SubscriptionRouter {
     func postInRun(name: String, payload: ByteBuffer, from poster: ClientConnection, exactSubscribers: Subscribers?) {
         if run.poster !== poster || ExactName(run.name) != ExactName(name) {
             endRun()
-            run.open(poster: poster, name: name)
+            run.open(poster: poster, name: name, generation: routingGeneration)
             forEachRecipient(of: name, exactSubscribers: exactSubscribers) { run.recipients.append($0) }
         }
         payload.withUnsafeReadableBytes { appendToRun($0) }
@@ -239,9 +259,15 @@ final class SubscriptionRouter {
     /// name byte for byte, a payload within `maxPayload`. Such a post needs no other check: the first post of
     /// the run passed them all.
     ///
+    /// A post from `poster` when no run of its is open may resume the route it parked (see ``PostRun``).
+    ///
     /// - Returns: `false` when the post does not continue the run (nothing was done).
     func appendToRun(ifContinuedBy poster: ClientConnection, body: ByteBuffer, maxPayload: Int) -> Bool {
-        guard run.poster === poster else { return false }
+        if run.poster !== poster {
+            guard poster.parkedRoute != nil else { return false }
+            endRun()
+            guard run.resume(poster, generation: routingGeneration) else { return false }
+        }
         return body.withUnsafeReadableBytes { fields in
             guard let payload = run.continuingPayload(fields, maxPayload: maxPayload) else { return false }
             appendToRun(payload)
@@ -262,14 +288,15 @@ final class SubscriptionRouter {
     func endRun() {
         guard run.isOpen else { return }
         deliverRun()
-        run.close()
+        if let newlyParked = run.close() { parkedPosters.append(newlyParked) }
     }
 
     private func deliverRun() {
         guard !run.frames.isEmpty else { return }
         var delivered = 0
+        let count = run.frames.count
         for connection in run.recipients {
-            delivered += connection.deliver(run: run)
+            delivered += connection.takeWhole(run.encoded) ? count : connection.deliver(run: run)
         }
         statistics.deliveries += UInt64(delivered)
         run.frames.removeAll(keepingCapacity: true)
