@@ -77,6 +77,8 @@ final class ClientConnection: ChannelInboundHandler {
     var routeMark: UInt64 = 0
     /// The route of this connection's last run of posts, kept by the router for its next post.
     var parkedRoute: PostRun.ParkedRoute?
+    /// Whether the router lists this connection among those holding a parked route.
+    var isListedAsParked = false
 
     private var subscriptions: [UInt32: Subscription] = [:]
     /// Exact name → number of this connection's subscriptions naming it beyond the first (the router lists

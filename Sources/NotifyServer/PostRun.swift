@@ -82,19 +82,17 @@ struct PostRun {
 
     /// Closes the run (its frames must have been handed out) and parks its route with its poster.
     ///
-    /// - Returns: the poster if it had no parked route before (the router then lists it among the
-    ///   connections holding one).
+    /// - Returns: the poster, or `nil` if no run was open.
     mutating func close() -> ClientConnection? {
         guard let poster else { return nil }
         self.poster = nil
-        let wasParked = poster.parkedRoute != nil
         // The arrays move to the poster; the next run of another poster takes its own poster's storage, or
         // allocates once for a poster's first run.
         poster.parkedRoute = ParkedRoute(
             name: name, sharedFields: sharedFields, recipients: recipients, generation: generation)
         sharedFields = []
         recipients = []
-        return wasParked ? nil : poster
+        return poster
     }
 
     /// Reopens `poster`'s parked route as this (closed) run, if it is still current.

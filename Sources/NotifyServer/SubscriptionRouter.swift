@@ -117,7 +117,10 @@ final class SubscriptionRouter {
         connection.releaseSubscriptions()
         // Parked routes may list the closed connection: drop them all rather than keep it alive until each of
         // their posters posts again. Closes are rare next to posts, and only posters park routes.
-        for poster in parkedPosters { poster.parkedRoute = nil }
+        for poster in parkedPosters {
+            poster.parkedRoute = nil
+            poster.isListedAsParked = false
+        }
         parkedPosters.removeAll(keepingCapacity: true)
         routingChanged()
     }
@@ -189,8 +192,11 @@ final class SubscriptionRouter {
     private var run: PostRun
     /// Counts the changes that outdate parked routes.
     private var routingGeneration: UInt64 = 0
-    /// The connections holding a parked route.
+    /// The connections holding a parked route, each once (``ClientConnection/isListedAsParked``).
     private var parkedPosters: [ClientConnection] = []
+
+    /// How many connections hold a parked route (for tests: it must stay within the number of posters).
+    var parkedPosterCount: Int { parkedPosters.count }
 
     /// Calls `body` once for every connection with a subscription matching `name` that may observe it.
     private func forEachRecipient(
@@ -288,7 +294,11 @@ final class SubscriptionRouter {
     func endRun() {
         guard run.isOpen else { return }
         deliverRun()
-        if let newlyParked = run.close() { parkedPosters.append(newlyParked) }
+        // A poster resumes and re-parks its route once per read: list it once, not once per park.
+        if let poster = run.close(), !poster.isListedAsParked {
+            poster.isListedAsParked = true
+            parkedPosters.append(poster)
+        }
     }
 
     private func deliverRun() {

@@ -78,6 +78,27 @@ struct ParkedRouteTests {
         }
     }
 
+    @Test("A poster is listed once however many routes it parks, and a closed connection clears the list")
+    func parkedRoutesStayBounded() async throws {
+        try await withServer { server in
+            let subscriber = try await server.connect("subscriber")
+            try await subscriber.subscribe("parked.bounded", subscriptionID: 1, requestID: 1)
+            let poster = try await server.connect("poster")
+            for index in 1...50 {
+                try await poster.send(Self.post("parked.bounded", "\(index)"))
+                try await Self.expectPayload("\(index)", at: subscriber)
+            }
+            #expect(try await withRouter(of: server.server) { $0.parkedPosterCount } == 1)
+            let bystander = try await server.connect("bystander")
+            await bystander.close()
+            try await server.waitForSnapshot("the bystander gone") { $0.clients.count == 2 }
+            #expect(try await withRouter(of: server.server) { $0.parkedPosterCount } == 0)
+            try await poster.send(Self.post("parked.bounded", "after"))
+            try await Self.expectPayload("after", at: subscriber)
+            #expect(try await withRouter(of: server.server) { $0.parkedPosterCount } == 1)
+        }
+    }
+
     @Test("Posters taking turns one post at a time each reach their own name's subscribers, in order")
     func postersTakingTurns() async throws {
         try await withServer { server in

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Testing
@@ -19,4 +20,16 @@ func eventLoopThreadPrefix(of server: NotifyServer) throws -> String {
     let start = try #require(description.range(of: "threadPattern = ")).upperBound
     let end = try #require(description[start...].firstIndex(of: "*"))
     return String(description[start..<end])
+}
+
+/// Runs `body` on the server's event loop with its router, reached by reflection like ``eventLoopGroup(of:)``.
+func withRouter<T: Sendable>(
+    of server: NotifyServer, _ body: @escaping @Sendable (SubscriptionRouter) -> T
+) async throws -> T {
+    let box = try #require(
+        Mirror(reflecting: server).children.first { $0.label == "router" }?.value
+            as? NIOLockedValueBox<NIOLoopBound<SubscriptionRouter>?>,
+        "NotifyServer keeps its router in a property named 'router'")
+    let bound = try #require(box.withLockedValue { $0 }, "the server is running")
+    return try await bound.eventLoop.submit { body(bound.value) }.get()
 }
