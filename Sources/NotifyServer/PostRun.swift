@@ -80,12 +80,18 @@ struct PostRun {
         sharedFields.append(contentsOf: name.utf8)
     }
 
-    /// Closes the run (its frames must have been handed out) and parks its route with its poster.
+    /// Closes the run (its frames must have been handed out) and parks its route with its poster, unless the
+    /// routing changed during the run (`currentGeneration` is newer): such a route is dropped, since it may
+    /// list a connection closed meanwhile.
     ///
-    /// - Returns: the poster, or `nil` if no run was open.
-    mutating func close() -> ClientConnection? {
+    /// - Returns: the poster if its route was parked.
+    mutating func close(currentGeneration: UInt64) -> ClientConnection? {
         guard let poster else { return nil }
         self.poster = nil
+        guard generation == currentGeneration else {
+            recipients.removeAll(keepingCapacity: true)
+            return nil
+        }
         // The arrays move to the poster; the next run of another poster takes its own poster's storage, or
         // allocates once for a poster's first run.
         poster.parkedRoute = ParkedRoute(

@@ -295,7 +295,7 @@ final class SubscriptionRouter {
         guard run.isOpen else { return }
         deliverRun()
         // A poster resumes and re-parks its route once per read: list it once, not once per park.
-        if let poster = run.close(), !poster.isListedAsParked {
+        if let poster = run.close(currentGeneration: routingGeneration), !poster.isListedAsParked {
             poster.isListedAsParked = true
             parkedPosters.append(poster)
         }
