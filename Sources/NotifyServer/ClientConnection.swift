@@ -472,31 +472,18 @@ final class ClientConnection: ChannelInboundHandler {
         _ frame: ByteBuffer, name: String, sequence: UInt64, policy: (DeliveryPolicy, UInt32)? = nil
     ) -> Bool {
         guard state == .open else { return false }
-        let size = frame.readableBytes
-        if held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, accountAllows(size) {
-            outbound.append(frame)
-            accountedBytes += size
-            account?.outboundBytes += size
-            if outbound.buffer.readableBytes >= eagerFlushBytes {
-                // One read burst can carry more posts than the bound holds: hand batches to the socket as the
-                // burst goes, so a subscriber that keeps reading is not treated as slow.
-                flushOutbound()
-            } else {
-                markDirty()
-            }
-            return true
-        }
+        if queueIfRoom(frame) { return true }
         return hold(frame, name: name, sequence: sequence, policy: policy ?? strongestPolicy(for: name))
     }
 
-    /// Queues a whole run of posts to one name in one append, or takes them one by one when the connection
-    /// cannot take them all now.
+    /// Takes a run of posts to one name that ``queueIfRoom(_:)`` declined: holds it, or takes it one post at
+    /// a time. (The router offers every recipient the run's bytes first; passing it the whole run copies the
+    /// run.)
     ///
     /// - Returns: how many of the run's notifications were queued or held.
     func deliver(run: PostRun) -> Int {
         guard state == .open else { return 0 }
-        if takeWhole(run.encoded) { return run.frames.count }
-        // Slow path: the policy is the same for every post of the run, so it is looked up once.
+        // The policy is the same for every post of the run, so it is looked up once.
         let policy = strongestPolicy(for: run.name)
         if held != nil, policy.0 == .coalesce, let last = run.frames.last {
             // Everything goes to the held table, where each post would replace the one before: hold the last.
@@ -512,13 +499,11 @@ final class ClientConnection: ChannelInboundHandler {
         return delivered
     }
 
-    /// Queues a run's encoded notifications in one append, if the connection can take them all now: the
-    /// common case of ``deliver(run:)``, which the router tries first because passing it the whole run
-    /// copies the run.
+    /// Queues encoded notifications (one, or a whole run) in one append, if the connection can take them all
+    /// now: it is open, holds nothing, is not suspended, and they fit its bound and its user's quota.
     ///
-    /// - Returns: `false` if nothing was done (the connection is not open, or the run must go through
-    ///   ``deliver(run:)``).
-    func takeWhole(_ encoded: ByteBuffer) -> Bool {
+    /// - Returns: `false` if nothing was done (the caller then holds them or takes them one by one).
+    func queueIfRoom(_ encoded: ByteBuffer) -> Bool {
         let size = encoded.readableBytes
         guard state == .open, held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit,
             accountAllows(size)
@@ -526,7 +511,13 @@ final class ClientConnection: ChannelInboundHandler {
         outbound.append(encoded)
         accountedBytes += size
         account?.outboundBytes += size
-        if outbound.buffer.readableBytes >= eagerFlushBytes { flushOutbound() } else { markDirty() }
+        if outbound.buffer.readableBytes >= eagerFlushBytes {
+            // One read burst can carry more posts than the bound holds: hand batches to the socket as the
+            // burst goes, so a subscriber that keeps reading is not treated as slow.
+            flushOutbound()
+        } else {
+            markDirty()
+        }
         return true
     }
 

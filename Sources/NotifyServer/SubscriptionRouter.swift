@@ -306,7 +306,7 @@ final class SubscriptionRouter {
         var delivered = 0
         let count = run.frames.count
         for connection in run.recipients {
-            delivered += connection.takeWhole(run.encoded) ? count : connection.deliver(run: run)
+            delivered += connection.queueIfRoom(run.encoded) ? count : connection.deliver(run: run)
         }
         statistics.deliveries += UInt64(delivered)
         run.frames.removeAll(keepingCapacity: true)
