@@ -9,16 +9,23 @@ import NotifySystemd
 import ServiceLifecycle
 import UnixSignals
 
-/// Re-reads the configuration file on SIGHUP and applies its reserved prefixes and quotas without dropping
-/// any client. Tells the service manager `RELOADING=1` and then `READY=1`; a file that does not parse is
-/// logged and the previous configuration stays in force.
+/// Re-reads the configuration on SIGHUP and applies its reserved prefixes and quotas without dropping any
+/// client. Tells the service manager `RELOADING=1` and then `READY=1`. A file that does not parse is logged and
+/// the previous configuration stays in force; a default location that holds no file (any more) means the
+/// defaults. Always runs, whether or not a file existed at start: SIGHUP must never end the daemon.
 struct ConfigurationReloader: Service, CustomStringConvertible {
-    let path: String
+    let source: ConfigurationSource
     let server: NotifyServer
     let notifier: ServiceManagerNotifier
     let logger: Logger
 
-    var description: String { "ConfigurationReloader(\(path))" }
+    var description: String { "ConfigurationReloader(\(source))" }
+
+    /// Makes SIGHUP harmless from the first instruction on: its default action ends the process, and the signal
+    /// sequence below is set up only once the service group runs, after READY=1 may have gone out.
+    static func ignoreHangupUntilTrapped() {
+        signal(SIGHUP, SIG_IGN)
+    }
 
     func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
@@ -34,12 +41,18 @@ struct ConfigurationReloader: Service, CustomStringConvertible {
         let monotonic = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1_000
         _ = try? notifier.send("RELOADING=1\nMONOTONIC_USEC=\(monotonic)")
         do throws(ConfigurationError) {
-            let configuration = try AccessConfiguration.load(path: path)
-            await server.updateAccess(configuration)
-            logger.notice(
-                "configuration reloaded",
-                metadata: ["config": "\(path)", "rules": "\(configuration.rules.count)"])
-            _ = try? notifier.send("READY=1\nSTATUS=configuration reloaded")
+            if let configuration = try source.load() {
+                await server.updateAccess(configuration)
+                logger.notice(
+                    "configuration reloaded",
+                    metadata: ["config": "\(source)", "rules": "\(configuration.rules.count)"])
+                _ = try? notifier.send("READY=1\nSTATUS=configuration reloaded")
+            } else {
+                await server.updateAccess(AccessConfiguration())
+                logger.notice("configuration reloaded: no configuration file, the defaults apply",
+                    metadata: ["config": "\(source)"])
+                _ = try? notifier.send("READY=1\nSTATUS=configuration reloaded (no file: defaults)")
+            }
         } catch {
             logger.error("configuration not reloaded, keeping the previous one", metadata: ["error": "\(error)"])
             _ = try? notifier.send("READY=1\nSTATUS=configuration reload failed: \(error.description)")

@@ -40,7 +40,11 @@ struct NotifydCommand: AsyncParsableCommand {
         name: .long,
         help: ArgumentHelp(
             "The configuration file (reserved name prefixes, per-user quotas); SIGHUP re-reads it.",
-            discussion: "Default: /etc/notifyd/notifyd.conf when it exists and this is the system daemon."))
+            discussion: """
+                Default: /etc/notifyd/notifyd.conf for the system daemon, else \
+                $XDG_CONFIG_HOME/notifyd/notifyd.conf (~/.config/notifyd/notifyd.conf); a missing default file means \
+                the defaults, and SIGHUP looks for it again.
+                """))
     var config: String?
 
     @Option(name: .long, help: "Largest notification payload in bytes.")
@@ -82,6 +86,7 @@ struct NotifydCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        ConfigurationReloader.ignoreHangupUntilTrapped()
         let environment = ProcessEnvironment.current
         let limiter = LogRateLimiter()
         log.resolved(environment: environment).bootstrap(level: logLevel, limiter: limiter)
@@ -100,16 +105,17 @@ struct NotifydCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
 
-        let configPath = config ?? Self.defaultConfigPath(for: listenAddress)
+        let configSource = ConfigurationSource.resolve(
+            explicit: config, isSystemDaemon: Self.isSystemDaemon(listenAddress), environment: environment)
         var access = AccessConfiguration()
-        if let configPath {
-            do throws(ConfigurationError) {
-                access = try AccessConfiguration.load(path: configPath)
-                logger.info("configuration loaded", metadata: ["config": "\(configPath)", "rules": "\(access.rules.count)"])
-            } catch {
-                logger.critical("invalid configuration: \(error.description)")
-                throw ExitCode(1)
+        do throws(ConfigurationError) {
+            if let loaded = try configSource.load() {
+                access = loaded
+                logger.info("configuration loaded", metadata: ["config": "\(configSource)", "rules": "\(access.rules.count)"])
             }
+        } catch {
+            logger.critical("invalid configuration: \(error.description)")
+            throw ExitCode(1)
         }
 
         var limits = ServerLimits.default
@@ -129,13 +135,12 @@ struct NotifydCommand: AsyncParsableCommand {
             statusInterval: .milliseconds(Int64(statusInterval * 1_000)), limiter: limiter, logger: logger,
             stallHook: testStallEventLoopAfter.map { EventLoopStallHook(after: $0, duration: testStallEventLoopSeconds) })
         // Graceful shutdown runs in reverse order: the integration says STOPPING=1 first, then the server drains.
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server), .init(service: integration)]
-        if let configPath {
-            services.append(
-                .init(
-                    service: ConfigurationReloader(
-                        path: configPath, server: server, notifier: ServiceManagerNotifier(), logger: logger)))
-        }
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: server), .init(service: integration),
+            .init(
+                service: ConfigurationReloader(
+                    source: configSource, server: server, notifier: ServiceManagerNotifier(), logger: logger)),
+        ]
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: services,
@@ -149,15 +154,12 @@ struct NotifydCommand: AsyncParsableCommand {
         }
     }
 
-    /// The system daemon (serving the system socket) reads `/etc/notifyd/notifyd.conf` when it exists.
-    private static func defaultConfigPath(for address: ListenAddress) -> String? {
-        let path: String?
+    /// The system daemon serves the system socket; it reads `/etc/notifyd/notifyd.conf` by default.
+    private static func isSystemDaemon(_ address: ListenAddress) -> Bool {
         switch address {
-        case .path(let bound): path = bound
-        case .inheritedDescriptor(_, let inherited): path = inherited
+        case .path(let bound): bound == SocketLocation.systemPath
+        case .inheritedDescriptor(_, let inherited): inherited == SocketLocation.systemPath
         }
-        guard path == SocketLocation.systemPath, access(AccessConfiguration.systemPath, F_OK) == 0 else { return nil }
-        return AccessConfiguration.systemPath
     }
 
     /// The socket passed by the service manager (socket activation), else `defaultPath` to bind.

@@ -252,6 +252,45 @@ extension Integration {
             }
         }
 
+        @Test("SIGHUP with no configuration file keeps the daemon and its clients; it looks for the default file again")
+        func reloadWithoutConfigurationFile() async throws {
+            try await withIntegrationScope { scope in
+                // A daemon of one user looks in $XDG_CONFIG_HOME/notifyd/; none exists at start.
+                let configHome = scope.directory + "/config"
+                let daemon = try await scope.startIssue4Daemon(
+                    ["--socket-mode", "666"], environment: ["XDG_CONFIG_HOME": configHome])
+                defer { daemon.send(SIGKILL) }
+                let socket = ["--socket", scope.socketPath]
+                let listen = try scope.launch(.notifyctl, ["listen", "org.example.reload", "--count", "1"] + socket)
+                try await listen.waitForLine(containing: "listening for", on: .stderr)
+
+                daemon.send(SIGHUP)
+                try await daemon.waitForLine(containing: "no configuration file, the defaults apply", on: .stderr)
+                #expect(daemon.isRunning, "SIGHUP must not end the daemon\n\(daemon.diagnostics)")
+                let post = try await scope.run(.notifyctl, ["post", "org.example.reload", "after-hup"] + socket)
+                #expect(post.termination == .exited(0), "\(post.diagnostics)")
+                #expect(try await listen.waitForExit() == .exited(0), "the client kept its subscription\n\(listen.diagnostics)")
+
+                // A file created after start is read on the next SIGHUP...
+                try FileManager.default.createDirectory(atPath: configHome + "/notifyd", withIntermediateDirectories: true)
+                try "reserve org.example.reserved.> owner=root group=root post=owner observe=all\n"
+                    .write(toFile: configHome + "/notifyd/notifyd.conf", atomically: true, encoding: .utf8)
+                daemon.send(SIGHUP)
+                try await daemon.waitForLine(containing: "rules=1", on: .stderr)
+                let denied = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", "org.example.reserved.x"] + socket)
+                #expect(denied.termination == .exited(1), "the new file's rule applies\n\(denied.diagnostics)")
+                // ...and removing it brings the defaults back.
+                try FileManager.default.removeItem(atPath: configHome + "/notifyd/notifyd.conf")
+                daemon.send(SIGHUP)
+                try await daemon.waitForLine(containing: "no configuration file, the defaults apply", on: .stderr, occurrence: 2)
+                let allowed = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", "org.example.reserved.x"] + socket)
+                #expect(allowed.termination == .exited(0), "\(allowed.diagnostics)")
+                try await scope.stopIssue4Daemon(daemon)
+            }
+        }
+
         @Test("--config: notifyd still stops cleanly on SIGTERM")
         func configurationShutdown() async throws {
             try await withIntegrationScope { scope in

@@ -200,11 +200,14 @@ final class ChildProcess: Sendable, CustomStringConvertible {
         }
     }
 
-    /// Waits for a line on `stream` containing `text`; returns it.
+    /// Waits for a line on `stream` containing `text`; returns it. `occurrence` 2 waits for the second such line.
     @discardableResult
-    func waitForLine(containing text: String, on stream: Stream = .stderr, timeout: Double = 20) async throws -> String {
-        try await wait(for: "a line containing \"\(text)\" on \(stream)", timeout: timeout) { state in
-            state[stream].lines.first { $0.contains(text) }
+    func waitForLine(
+        containing text: String, on stream: Stream = .stderr, occurrence: Int = 1, timeout: Double = 20
+    ) async throws -> String {
+        try await wait(for: "line \(occurrence) containing \"\(text)\" on \(stream)", timeout: timeout) { state in
+            let matches = state[stream].lines.lazy.filter { $0.contains(text) }
+            return matches.dropFirst(occurrence - 1).first
         }
     }
 

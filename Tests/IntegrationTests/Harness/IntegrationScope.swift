@@ -27,8 +27,12 @@ final class IntegrationScope: Sendable {
     }
 
     /// Starts `tool` with `arguments`; the scope kills it at the end if it is still running.
-    func launch(_ tool: Tool, _ arguments: [String]) throws -> ChildProcess {
-        let child = try ChildProcess(executable: try BuildProducts.url(of: tool), arguments: arguments)
+    /// `environment` adds to (or replaces entries of) the test process's own environment.
+    func launch(_ tool: Tool, _ arguments: [String], environment: [String: String] = [:]) throws -> ChildProcess {
+        let merged = environment.isEmpty
+            ? nil : ProcessInfo.processInfo.environment.merging(environment) { _, override in override }
+        let child = try ChildProcess(
+            executable: try BuildProducts.url(of: tool), arguments: arguments, environment: merged)
         children.withLock { $0.append(child) }
         return child
     }
@@ -42,7 +46,7 @@ final class IntegrationScope: Sendable {
 
     /// Starts `notifyd` on `socketPath` (default: ``socketPath``) and waits until it accepts connections.
     func startDaemon(socketPath: String? = nil) async throws -> DaemonProcess {
-        try await DaemonProcess.start(socketPath: socketPath ?? self.socketPath, launch: launch)
+        try await DaemonProcess.start(socketPath: socketPath ?? self.socketPath) { try launch($0, $1) }
     }
 
     /// Kills every child that is still running, waits for them, and removes the directory.

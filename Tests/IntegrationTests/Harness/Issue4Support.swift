@@ -17,11 +17,13 @@ import Testing
 extension IntegrationScope {
     /// Starts `notifyd --socket <socketPath> <extra…>` and waits until it accepts connections. The scope's directory
     /// is made traversable (0755) first, so that clients of other uids can reach a `--socket-mode 666` socket.
-    func startIssue4Daemon(_ extra: [String], timeout: Double = 20) async throws -> ChildProcess {
+    func startIssue4Daemon(
+        _ extra: [String], environment: [String: String] = [:], timeout: Double = 20
+    ) async throws -> ChildProcess {
         guard chmod(directory, 0o755) == 0 else {
             throw HarnessError("chmod 0755 \(directory) failed: \(String(cString: strerror(errno)))")
         }
-        let daemon = try launch(.notifyd, ["--socket", socketPath, "--log-level", "info"] + extra)
+        let daemon = try launch(.notifyd, ["--socket", socketPath, "--log-level", "info"] + extra, environment: environment)
         let path = socketPath
         do {
             _ = try await poll("notifyd to accept connections on \(path)", timeout: timeout) { () throws -> Bool? in
