@@ -14,7 +14,7 @@ HADOLINT ?= hadolint
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps build run test sanitize lint install clean bench bench-smoke bench-deps
+.PHONY: all deps build run test test-systemd sanitize lint install clean bench bench-smoke bench-deps
 
 all: build
 
@@ -48,8 +48,21 @@ run: build
 test: deps lint
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
+	$(MAKE) test-systemd SYSTEMD_TEST_BUILD=no
 	$(MAKE) sanitize
 	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
+
+## test-systemd: boot Debian with a real systemd as PID 1 (systemd-nspawn), install as `make install` does, and check
+## the units, the daemon and the CLI as root, alice and bob would use them (Tests/Systemd/). Needs root; otherwise it
+## says so and skips. The root file system is built once and cached in $(SYSTEMD_TEST_CACHE).
+SYSTEMD_TEST_CACHE ?= /var/cache/notifyd-systemd-test
+SYSTEMD_TEST_BUILD ?= yes
+test-systemd: deps
+	@if [ "$$(id -u)" != 0 ]; then echo "test-systemd: skipped: booting systemd with systemd-nspawn needs root"; exit 0; fi; \
+	set -e; \
+	if [ "$(SYSTEMD_TEST_BUILD)" = yes ]; then $(SWIFT) build -c $(CONFIG) --product notifyd; \
+	  $(SWIFT) build -c $(CONFIG) --product notifyctl; $(SWIFT) build -c $(CONFIG) --product notify-test-peer; fi; \
+	NOTIFYD_SYSTEMD_CACHE=$(SYSTEMD_TEST_CACHE) Tests/Systemd/boot.sh "$(BIN_DIR)"
 
 ## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer. The daemon
 ## load and packaging suites (Issue4Tests, UIDTests, Systemd*) are left out: they post hundreds of thousands of
