@@ -50,8 +50,16 @@ extension NotifyCenter {
     }
 
     /// The clients connected to the daemon: all of them for root, the caller's own user's otherwise.
+    ///
+    /// A client's `command` is the daemon's reading of `/proc/PID/comm`; where the daemon's sandbox hides it (the
+    /// shipped unit's `ProtectProc=invisible`), it is read by this process instead, as seen from its pid namespace.
     public func daemonClients() async throws -> [DaemonClient] {
-        try decode([DaemonClient].self, try await core.query(.clients, argument: ""))
+        var clients = try decode([DaemonClient].self, try await core.query(.clients, argument: ""))
+        // A sandboxed daemon (ProtectProc=invisible) cannot read other users' commands; this process may.
+        for index in clients.indices where clients[index].command == nil {
+            clients[index].command = ProcessCommand.name(of: clients[index].pid)
+        }
+        return clients
     }
 
     private func decode<T: Decodable>(_ type: T.Type, _ json: ByteBuffer) throws -> T {
