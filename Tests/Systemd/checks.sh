@@ -77,12 +77,12 @@ check "systemctl daemon-reload && systemctl enable --now notifyd.socket" \
 # ---- socket activation ----------------------------------------------------------------------------------------
 check "notifyd.socket is listening and notifyd.service is not running before the first connection" \
     sh -c '[ "$(systemctl is-active notifyd.socket)" = active ] && [ "$(systemctl is-active notifyd.service)" = inactive ]'
-check "/run/notifyd is a real directory (0755, root), not a link into /run/private" \
-    sh -c '[ -d /run/notifyd ] && [ ! -L /run/notifyd ] && [ "$(stat -c %a:%U /run/notifyd)" = 755:root ] && [ ! -e /run/private/notifyd ]'
 check "the socket file has mode 0666" sh -c "[ \"\$(stat -c %a $system_socket)\" = 666 ]"
 check "alice's first connection starts the daemon (notifyctl status as uid 1000)" as alice notifyctl status
 check "the service is active (running) once READY=1 came (Type=notify)" \
     sh -c '[ "$(systemctl show -P ActiveState notifyd)" = active ] && [ "$(systemctl show -P SubState notifyd)" = running ]'
+check "/run/notifyd is still a real directory once the daemon runs (0755, root), not a link into /run/private" \
+    sh -c '[ -d /run/notifyd ] && [ ! -L /run/notifyd ] && [ "$(stat -c %a:%U /run/notifyd)" = 755:root ] && [ ! -e /run/private/notifyd ]'
 check "the daemon runs as a dynamic user, not root" \
     sh -c 'pid=$(systemctl show -P MainPID notifyd); [ "$(stat -c %u /proc/$pid)" != 0 ]'
 if wait_for 12 sh -c 'systemctl show -P StatusText notifyd | grep -q connections'; then
