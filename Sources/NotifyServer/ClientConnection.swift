@@ -55,7 +55,9 @@ final class ClientConnection: ChannelInboundHandler {
     private var state = State.awaitingHello
     private var accumulator: FrameAccumulator<ClientFrame>
     private var outbound = OutboundQueue(allocator: ByteBufferAllocator())
-    private var held: HeldNotifications?
+    private var held: HeldNotifications? {
+        didSet { if held == nil, !heldPolicies.isEmpty { heldPolicies = [:] } }
+    }
     private var suspendCount = 0
     private var isDirty = false
     private var isReadingPaused = false
@@ -80,7 +82,12 @@ final class ClientConnection: ChannelInboundHandler {
     /// Whether the router lists this connection among those holding a parked route.
     var isListedAsParked = false
 
-    private var subscriptions: [UInt32: Subscription] = [:]
+    private var subscriptions: [UInt32: Subscription] = [:] {
+        didSet { heldPolicies.removeAll() }
+    }
+    /// ``strongestPolicy(for:)`` per name while notifications are held: matching every subscription for each held
+    /// notification made holding linear in the subscriptions. Emptied when the subscriptions change.
+    private var heldPolicies: [String: (DeliveryPolicy, UInt32)] = [:]
     /// Exact name → number of this connection's subscriptions naming it beyond the first (the router lists
     /// the connection once per name); empty unless a client subscribes to one name twice.
     private var repeatedExactNames: [ExactName: Int] = [:]
@@ -568,6 +575,15 @@ final class ClientConnection: ChannelInboundHandler {
 
     /// The policy of the most protective subscription matching `name`, and its id.
     private func strongestPolicy(for name: String) -> (DeliveryPolicy, UInt32) {
+        if let known = heldPolicies[name] { return known }
+        let policy = matchStrongestPolicy(for: name)
+        // Bounded like the names a slow client could be sent; a rare refill costs one match per name.
+        if heldPolicies.count >= 1_024 { heldPolicies.removeAll(keepingCapacity: true) }
+        heldPolicies[name] = policy
+        return policy
+    }
+
+    private func matchStrongestPolicy(for name: String) -> (DeliveryPolicy, UInt32) {
         var best: (policy: DeliveryPolicy, id: UInt32)?
         for (id, subscription) in subscriptions {
             // The strongest policy wins; between equals, the lowest subscription id, so the choice is stable.

@@ -7,6 +7,12 @@ import NotifyWire
 ///
 /// Frames are the shared encoded bytes of each post: holding one costs a reference, not a copy (except for
 /// frames cut from a run of posts, see ``ownStorage(_:)``).
+///
+/// Holding, evicting and releasing cost O(1) amortised per notification whatever the backlog: notifications
+/// are held in sequence order (sequence numbers only grow), so one FIFO of entries gives the release and
+/// eviction order without sorting. An entry superseded since it was added (its name coalesced again, its
+/// queued notification dropped or evicted) is skipped when it reaches the front, and the FIFO is compacted
+/// once such entries outnumber the live ones.
 struct HeldNotifications {
     private struct Coalesced {
         var frame: ByteBuffer
@@ -20,14 +26,32 @@ struct HeldNotifications {
         var dropped: UInt64 = 0
     }
 
+    /// Where a held notification lives: under its name (coalesce) or in its subscription's queue.
+    private enum Slot {
+        case coalesced(String)
+        case queued(UInt32)
+    }
+
     private var coalesced: [String: Coalesced] = [:]
     private var queues: [UInt32: Queued] = [:]
+    /// Every held notification in the order it was held, plus superseded entries not yet skipped or compacted.
+    private var order: Deque<(sequence: UInt64, slot: Slot)> = []
+    /// Entries of `order` that are still held.
+    private var liveCount = 0
+    /// `queue` subscriptions whose every held notification was evicted after some were dropped: their
+    /// `OVERFLOW` goes out at the next release although no notification of theirs follows.
+    private var emptiedWithDrops: Set<UInt32> = []
     /// Notifications evicted to respect the byte bound, not yet reported.
     private var evicted: UInt64 = 0
     /// Bytes of the frames held.
     private(set) var bytes = 0
+    /// Order entries examined so far (held, skipped, released, compacted): what the complexity tests bound.
+    private(set) var entriesTouched = 0
 
-    var isEmpty: Bool { coalesced.isEmpty && queues.values.allSatisfy { $0.frames.isEmpty && $0.dropped == 0 } && evicted == 0 }
+    var isEmpty: Bool { liveCount == 0 && evicted == 0 && emptiedWithDrops.isEmpty }
+
+    /// How many notifications are held.
+    var count: Int { liveCount }
 
     /// Holds one notification.
     ///
@@ -38,35 +62,45 @@ struct HeldNotifications {
         _ frame: ByteBuffer, name: String, sequence: UInt64, policy: DeliveryPolicy, subscriptionID: UInt32,
         alsoMerged: UInt64 = 0
     ) -> (merged: UInt64, dropped: UInt64) {
+        assert(order.last.map { $0.sequence < sequence } ?? true, "held out of sequence order")
         let frame = Self.ownStorage(frame)
+        var result: (merged: UInt64, dropped: UInt64) = (alsoMerged, 0)
         switch policy {
         case .coalesce:
-            if var entry = coalesced[name] {
-                bytes += frame.readableBytes - entry.frame.readableBytes
-                entry.frame = frame
-                entry.sequence = sequence
-                entry.merged += 1 + alsoMerged
-                coalesced[name] = entry
-                return (1 + alsoMerged, 0)
+            order.append((sequence, .coalesced(name)))
+            if coalesced[name] != nil {
+                // In place: the entry superseded in `order` is skipped later.
+                coalesced[name]!.merged += 1 + alsoMerged
+                bytes += frame.readableBytes - coalesced[name]!.frame.readableBytes
+                coalesced[name]!.frame = frame
+                coalesced[name]!.sequence = sequence
+                result.merged = 1 + alsoMerged
+            } else {
+                coalesced[name] = Coalesced(frame: frame, sequence: sequence, merged: alsoMerged)
+                bytes += frame.readableBytes
+                liveCount += 1
             }
-            coalesced[name] = Coalesced(frame: frame, sequence: sequence, merged: alsoMerged)
-            bytes += frame.readableBytes
-            return (alsoMerged, 0)
         case .queue(let limit):
-            var queue = queues[subscriptionID] ?? Queued(limit: Int(limit))
-            var dropped: UInt64 = 0
-            if queue.frames.count >= queue.limit, let oldest = queue.frames.popFirst() {
-                bytes -= oldest.frame.readableBytes
-                queue.dropped += 1
-                dropped = 1
-            }
-            queue.frames.append((frame, sequence))
+            order.append((sequence, .queued(subscriptionID)))
+            liveCount += 1
+            // Mutated in place through the subscript: taking the queue out and storing it back copied it.
+            queues[subscriptionID, default: Queued(limit: Int(limit))].frames.append((frame, sequence))
             bytes += frame.readableBytes
-            queues[subscriptionID] = queue
-            return (0, dropped)
+            if queues[subscriptionID]!.frames.count > max(queues[subscriptionID]!.limit, 1),
+                let oldest = queues[subscriptionID]!.frames.popFirst()
+            {
+                bytes -= oldest.frame.readableBytes
+                queues[subscriptionID]!.dropped += 1
+                liveCount -= 1
+                result.dropped = 1
+            }
+            emptiedWithDrops.remove(subscriptionID)
         case .disconnect:
             preconditionFailure("disconnect-policy notifications are never held")
         }
+        entriesTouched += 1
+        compactIfMostlySuperseded()
+        return result
     }
 
     /// `frame` itself, or a copy when it is a small part of a larger buffer (a run of posts): a held frame must
@@ -78,27 +112,65 @@ struct HeldNotifications {
         return copy
     }
 
+    /// Whether `entry` still stands for a held notification.
+    private func isLive(_ entry: (sequence: UInt64, slot: Slot)) -> Bool {
+        switch entry.slot {
+        case .coalesced(let name): coalesced[name]?.sequence == entry.sequence
+        case .queued(let id): queues[id]?.frames.first?.sequence == entry.sequence
+        }
+    }
+
+    /// Removes superseded entries from the front of `order`, so that its first entry (if any) is held.
+    private mutating func skipSuperseded() {
+        while let first = order.first, !isLive(first) {
+            order.removeFirst()
+            entriesTouched += 1
+        }
+    }
+
+    /// Rebuilds `order` without its superseded entries once they are more than the live ones: each entry is
+    /// removed at most once, so this is O(1) amortised per notification held.
+    private mutating func compactIfMostlySuperseded() {
+        guard order.count > 2 * liveCount + 64 else { return }
+        entriesTouched += order.count
+        var positions: [UInt32: Int] = [:]
+        order = Deque(
+            order.filter { entry in
+                switch entry.slot {
+                case .coalesced(let name):
+                    return coalesced[name]?.sequence == entry.sequence
+                case .queued(let id):
+                    // A queue's live frames are its last entries in `order`, in the same order.
+                    guard let queue = queues[id] else { return false }
+                    let position = positions[id, default: 0]
+                    guard position < queue.frames.count,
+                        queue.frames[queue.frames.startIndex + position].sequence == entry.sequence
+                    else { return false }
+                    positions[id] = position + 1
+                    return true
+                }
+            })
+    }
+
     /// Drops the oldest held notification to make room. Returns how many notifications that loses.
     mutating func evictOldest() -> UInt64 {
-        var oldest: (sequence: UInt64, name: String?, queue: UInt32?)?
-        for (name, entry) in coalesced where oldest == nil || entry.sequence < oldest!.sequence {
-            oldest = (entry.sequence, name, nil)
-        }
-        for (id, queue) in queues {
-            if let first = queue.frames.first, oldest == nil || first.sequence < oldest!.sequence {
-                oldest = (first.sequence, nil, id)
-            }
-        }
-        guard let oldest else { return 0 }
+        skipSuperseded()
+        guard let oldest = order.popFirst() else { return 0 }
+        entriesTouched += 1
+        liveCount -= 1
         let lost: UInt64
-        if let name = oldest.name, let entry = coalesced.removeValue(forKey: name) {
+        switch oldest.slot {
+        case .coalesced(let name):
+            let entry = coalesced.removeValue(forKey: name)!
             bytes -= entry.frame.readableBytes
             lost = entry.merged + 1
-        } else if let id = oldest.queue, let first = queues[id]?.frames.popFirst() {
+        case .queued(let id):
+            let first = queues[id]!.frames.removeFirst()
             bytes -= first.frame.readableBytes
             lost = 1
-        } else {
-            return 0
+            if queues[id]!.frames.isEmpty {
+                if queues[id]!.dropped > 0 { emptiedWithDrops.insert(id) } else { queues[id] = nil }
+            }
         }
         evicted += lost
         return lost
@@ -113,45 +185,37 @@ struct HeldNotifications {
             ServerFrame.overflow(subscriptionID: 0, droppedCount: evicted).encode(into: &buffer)
             evicted = 0
         }
-        var order: [(sequence: UInt64, name: String?, queue: UInt32?)] = []
-        order.reserveCapacity(coalesced.count)
-        for (name, entry) in coalesced { order.append((entry.sequence, name, nil)) }
-        for (id, queue) in queues {
-            for item in queue.frames { order.append((item.sequence, nil, id)) }
-            if queue.frames.isEmpty && queue.dropped > 0 {
-                ServerFrame.overflow(subscriptionID: id, droppedCount: queue.dropped).encode(into: &buffer)
-                queues[id]?.dropped = 0
+        for id in emptiedWithDrops.sorted() {
+            if let dropped = queues.removeValue(forKey: id)?.dropped, dropped > 0 {
+                ServerFrame.overflow(subscriptionID: id, droppedCount: dropped).encode(into: &buffer)
             }
         }
-        order.sort { $0.sequence < $1.sequence }
-        for item in order {
-            if buffer.writerIndex - start >= budget { break }
-            if let name = item.name, let entry = coalesced.removeValue(forKey: name) {
+        emptiedWithDrops.removeAll()
+        while buffer.writerIndex - start < budget {
+            skipSuperseded()
+            guard let next = order.popFirst() else { break }
+            entriesTouched += 1
+            liveCount -= 1
+            switch next.slot {
+            case .coalesced(let name):
+                let entry = coalesced.removeValue(forKey: name)!
                 bytes -= entry.frame.readableBytes
                 if entry.merged > 0 {
-                    Self.writeMerged(entry.frame, mergedCount: entry.merged, into: &buffer)
+                    NotificationFrame.writeMerged(entry.frame, mergedCount: entry.merged, into: &buffer)
                 } else {
                     buffer.writeImmutableBuffer(entry.frame)
                 }
-            } else if let id = item.queue, var queue = queues[id], let first = queue.frames.popFirst() {
-                if queue.dropped > 0 {
-                    ServerFrame.overflow(subscriptionID: id, droppedCount: queue.dropped).encode(into: &buffer)
-                    queue.dropped = 0
+            case .queued(let id):
+                if queues[id]!.dropped > 0 {
+                    ServerFrame.overflow(subscriptionID: id, droppedCount: queues[id]!.dropped).encode(into: &buffer)
+                    queues[id]!.dropped = 0
                 }
+                let first = queues[id]!.frames.removeFirst()
                 bytes -= first.frame.readableBytes
                 buffer.writeImmutableBuffer(first.frame)
-                queues[id] = queue.frames.isEmpty && queue.dropped == 0 ? nil : queue
+                if queues[id]!.frames.isEmpty { queues[id] = nil }
             }
         }
-    }
-
-    /// Rewrites a `NOTIFICATION` frame as `NOTIFICATION_MERGED`: same fields after a `merged_count`.
-    private static func writeMerged(_ frame: ByteBuffer, mergedCount: UInt64, into buffer: inout ByteBuffer) {
-        let headerLength = ProtocolConstants.lengthPrefixSize + 1
-        let fields = frame.getSlice(at: frame.readerIndex + headerLength, length: frame.readableBytes - headerLength)!
-        buffer.writeInteger(UInt32(1 + 8 + fields.readableBytes))
-        buffer.writeInteger(MessageType.notificationMerged.rawValue)
-        buffer.writeInteger(mergedCount)
-        buffer.writeImmutableBuffer(fields)
+        if liveCount == 0 { order.removeAll() }
     }
 }
