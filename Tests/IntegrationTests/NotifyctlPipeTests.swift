@@ -1,0 +1,221 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+import Testing
+
+extension Integration {
+    /// `notifyctl ... | head -1`: when the reader of standard output goes away, notifyctl must end the way `cat`
+    /// or `grep` do (killed by SIGPIPE, status 141 in the shell, nothing on stderr) instead of crashing in a
+    /// trapping write; and a `listen` that streams forever must end at its next line.
+    @Suite("notifyctl on a closed pipe")
+    struct NotifyctlPipeTests {
+        @Test(
+            "every printing subcommand ends quietly by SIGPIPE when nobody reads its output",
+            arguments: [
+                ["status"], ["status", "--json"], ["names"], ["clients"], ["state", "get", "com.example.pipe"],
+                ["post", "com.example.pipe", "x", "--wait"],
+            ])
+        func closedPipe(command: [String]) async throws {
+            try await withDaemon { scope, _ in
+                let child = try PipedNotifyctl(command + ["--socket", scope.socketPath], reader: .closed)
+                let end = try await child.waitForExit()
+                #expect(end == .signaled(SIGPIPE), "\(child.diagnostics)")
+                #expect(!child.stderrText.contains("Fatal error"), "\(child.diagnostics)")
+                #expect(child.stderrText.isEmpty, "nothing on stderr\n\(child.diagnostics)")
+            }
+        }
+
+        @Test("listen | head -1 ends listen at the first line written after head has gone")
+        func listenStopsWhenReaderLeaves() async throws {
+            try await withDaemon { scope, _ in
+                let listen = try PipedNotifyctl(["listen", "com.example.pipe", "--socket", scope.socketPath], reader: .open)
+                try await listen.waitForStderrLine(containing: "listening")
+
+                let first = try await scope.run(.notifyctl, ["post", "com.example.pipe", "one", "--socket", scope.socketPath])
+                #expect(first.termination == .exited(0), "\(first.diagnostics)")
+                let line = try listen.readStdoutLine(timeout: 20)
+                #expect(line.contains("com.example.pipe") && line.hasSuffix(" one"), "\(line)")
+
+                // head -1 exits: nobody reads any more. listen learns it at its next write.
+                listen.closeReader()
+                #expect(listen.isRunning, "listen is still waiting for notifications\n\(listen.diagnostics)")
+                let second = try await scope.run(.notifyctl, ["post", "com.example.pipe", "two", "--socket", scope.socketPath])
+                #expect(second.termination == .exited(0), "\(second.diagnostics)")
+
+                let end = try await listen.waitForExit()
+                #expect(end == .signaled(SIGPIPE), "\(listen.diagnostics)")
+                #expect(!listen.stderrText.contains("Fatal error"), "\(listen.diagnostics)")
+                #expect(listen.stderrLines == ["listening for com.example.pipe"], "\(listen.diagnostics)")
+            }
+        }
+    }
+}
+
+/// `notifyctl` with its standard output on a pipe whose read end the test holds or has already closed.
+///
+/// The harness's ``ChildProcess`` always reads a child's stdout itself, so it cannot stand for a reader that went
+/// away; this keeps the same shape (collected stderr, termination, waits with timeouts) for that one case.
+final class PipedNotifyctl: Sendable {
+    /// Whether the test keeps the read end of stdout's pipe (to read, then close it) or closes it before the start.
+    enum Reader {
+        case open
+        case closed
+    }
+
+    /// Collected stderr and exit state, shared with the reader thread and the termination handler.
+    private struct State: Sendable {
+        var stderr = ChildProcess.Collected()
+        var termination: ChildProcess.Termination?
+    }
+
+    let commandLine: String
+    let pid: Int32
+    private let state: Locked<State>
+    /// The test's end of stdout's pipe, `nil` once closed.
+    private let readEnd: Locked<Int32?>
+    /// Bytes read from stdout after the last full line returned.
+    private let stdoutBuffer = Locked<[UInt8]>([])
+    /// Kept so that the termination handler stays registered for the child's whole life.
+    private let process: Process
+
+    /// Starts `notifyctl arguments`. With `.closed`, stdout's pipe has no reader from the first instruction on, so
+    /// the very first line notifyctl writes fails with EPIPE, whatever the timing.
+    init(_ arguments: [String], reader: Reader) throws {
+        var descriptors: [Int32] = [-1, -1]
+        guard pipe(&descriptors) == 0 else { throw HarnessError("pipe failed: \(String(cString: strerror(errno)))") }
+        // Close-on-exec: no child may hold a read end (the kernel would then see a reader). Glibc's module has no
+        // pipe2; the integration tests run one at a time, so hardly any spawn can fall between these two calls.
+        for descriptor in descriptors { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        let (readDescriptor, writeDescriptor) = (descriptors[0], descriptors[1])
+        if reader == .closed { close(readDescriptor) }
+        let readEnd = Locked<Int32?>(reader == .open ? readDescriptor : nil)
+        let state = Locked(State())
+        self.readEnd = readEnd
+        self.state = state
+
+        let process = Process()
+        process.executableURL = try BuildProducts.url(of: .notifyctl)
+        process.arguments = arguments
+        process.standardInput = FileHandle.nullDevice
+        let writeHandle = FileHandle(fileDescriptor: writeDescriptor, closeOnDealloc: true)
+        process.standardOutput = writeHandle
+        let stderr = Pipe()
+        process.standardError = stderr
+        process.terminationHandler = { process in
+            let termination: ChildProcess.Termination =
+                process.terminationReason == .exit
+                ? .exited(process.terminationStatus) : .signaled(process.terminationStatus)
+            state.withLock { $0.termination = termination }
+        }
+        commandLine = (["notifyctl"] + arguments).joined(separator: " ")
+        defer { try? writeHandle.close() }  // from here on only the child holds the write end
+        do {
+            try process.run()
+        } catch {
+            if let descriptor = readEnd.withLock({ $0 }) { close(descriptor) }
+            throw HarnessError("cannot start \(commandLine): \(error)")
+        }
+        self.process = process
+        pid = process.processIdentifier
+
+        let handle = stderr.fileHandleForReading
+        Thread {
+            let descriptor = handle.fileDescriptor
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    state.withLock { $0.stderr.append(buffer[0..<count]) }
+                } else if count < 0 && errno == EINTR {
+                    continue
+                } else {
+                    state.withLock { $0.stderr.close() }
+                    break
+                }
+            }
+            try? handle.close()
+        }.start()
+    }
+
+    deinit {
+        if state.withLock({ $0.termination == nil }) { kill(pid, SIGKILL) }
+        closeReader()
+    }
+
+    var stderrLines: [String] { state.withLock { $0.stderr.lines } }
+    var stderrText: String { stderrLines.joined(separator: "\n") }
+    var isRunning: Bool { state.withLock { $0.termination == nil } }
+
+    /// The command line, exit state and stderr, for failure messages.
+    var diagnostics: String {
+        let state = state.withLock { $0 }
+        let stderr = state.stderr.lines + (state.stderr.partial.isEmpty ? [] : [String(decoding: state.stderr.partial, as: UTF8.self)])
+        return """
+            process: \(commandLine) (pid \(pid)), \(state.termination.map(\.description) ?? "still running")
+              stderr:
+            \(stderr.isEmpty ? "    (nothing)" : stderr.map { "    " + $0 }.joined(separator: "\n"))
+            """
+    }
+
+    /// Closes the test's read end of stdout's pipe, as `head` does when it exits.
+    func closeReader() {
+        readEnd.withLock { descriptor in
+            if let open = descriptor { close(open) }
+            descriptor = nil
+        }
+    }
+
+    /// Reads stdout up to the next newline, waiting in `poll(2)` for at most `timeout` seconds in all.
+    func readStdoutLine(timeout: Double) throws -> String {
+        guard let descriptor = readEnd.withLock({ $0 }) else { throw HarnessError("stdout's reader is closed") }
+        let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+        while true {
+            let line: String? = stdoutBuffer.withLock { buffer in
+                guard let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) else { return nil }
+                defer { buffer.removeSubrange(...newline) }
+                return String(decoding: buffer[..<newline], as: UTF8.self)
+            }
+            if let line { return line }
+            guard ContinuousClock.now < deadline else {
+                throw HarnessError("timed out after \(timeout) s waiting for a line on stdout\n\(diagnostics)")
+            }
+            var pollDescriptor = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&pollDescriptor, 1, 100)  // wakes on data; the timeout only re-checks the deadline
+            if ready < 0 && errno != EINTR {
+                throw HarnessError("poll failed: \(String(cString: strerror(errno)))")
+            }
+            guard ready > 0 else { continue }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count == 0 { throw HarnessError("stdout ended before a full line\n\(diagnostics)") }
+            if count > 0 { stdoutBuffer.withLock { $0.append(contentsOf: chunk[0..<count]) } }
+        }
+    }
+
+    /// Waits for a line on stderr containing `text`.
+    func waitForStderrLine(containing text: String, timeout: Double = 20) async throws {
+        _ = try await poll("a line containing \"\(text)\" on stderr of \(commandLine)", timeout: timeout) {
+            let (found, finished) = state.withLock { state in
+                (state.stderr.lines.contains { $0.contains(text) }, state.termination != nil && state.stderr.isClosed)
+            }
+            if found { return true }
+            if finished { throw HarnessError("\(commandLine) ended before \"\(text)\" on stderr\n\(diagnostics)") }
+            return nil
+        }
+    }
+
+    /// Waits until the process has exited and stderr is complete.
+    @discardableResult
+    func waitForExit(timeout: Double = 20) async throws -> ChildProcess.Termination {
+        do {
+            return try await poll("\(commandLine) to exit", timeout: timeout) {
+                state.withLock { $0.stderr.isClosed ? $0.termination : nil }
+            }
+        } catch let error as HarnessError {
+            throw HarnessError("\(error.description)\n\(diagnostics)")
+        }
+    }
+}
