@@ -12,9 +12,11 @@ struct Notifyctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "notifyctl",
         abstract: "Post and observe notifyd notifications from the shell.",
+        usage: "notifyctl [--socket <path>] <subcommand> [<arguments>]",
         discussion: """
             The daemon's socket is --socket, else $NOTIFYD_SOCKET, else /run/notifyd/notifyd.sock for root and \
-            $XDG_RUNTIME_DIR/notifyd/notifyd.sock for other users.
+            $XDG_RUNTIME_DIR/notifyd/notifyd.sock for other users. --socket PATH goes before the subcommand \
+            (notifyctl --socket PATH status) or after it (notifyctl status --socket PATH), once.
 
             When the program reading its output goes away (as head does), notifyctl ends at its next line the \
             way cat and grep do: killed by SIGPIPE (status 141 in the shell), printing nothing.
@@ -22,18 +24,123 @@ struct Notifyctl: AsyncParsableCommand {
         subcommands: [Post.self, Listen.self, State.self, Status.self, Names.self, Clients.self]
     )
 
-    /// The entry point: a closed output pipe must end notifyctl quietly rather than crash it.
+    /// The entry point: a closed output pipe must end notifyctl quietly rather than crash it, and `--socket` may
+    /// come before the subcommand, which swift-argument-parser alone would reject.
     static func main() async {
         // NIO ignores SIGPIPE anyway once it opens a socket; ignoring it from the start makes every write to a
         // closed pipe fail with EPIPE, which StandardStreams turns into the conventional SIGPIPE death.
         _ = signal(SIGPIPE, SIG_IGN)
-        await main(nil)
+        let arguments: [String]
+        do {
+            arguments = try SocketOption.placed(Array(CommandLine.arguments.dropFirst()))
+        } catch {
+            exit(withError: error)
+        }
+        await main(arguments)
+    }
+}
+
+/// `--socket PATH` before the subcommand (`notifyctl --socket PATH status`, the systemctl and busctl habit).
+///
+/// swift-argument-parser takes a subcommand's options only after the subcommand's name, and a parent's options
+/// would be parsed wherever they stand, taking them away from the subcommand; so the subcommands keep the only
+/// declaration and ``placed(_:)`` moves a leading `--socket` behind the subcommand path before parsing. It also
+/// rejects a missing value and a second `--socket`, which the parser would otherwise settle silently (last wins).
+enum SocketOption {
+    /// The option's spelling, as `ConnectionOptions` declares it.
+    static let name = "--socket"
+
+    /// One `--socket` on the command line: the arguments it spans and its value.
+    private struct Occurrence {
+        var range: Range<Int>
+        var value: String
+    }
+
+    /// `arguments` (without the program name) with a `--socket` that stands before or between subcommand names
+    /// moved to just after the last one; otherwise unchanged.
+    static func placed(_ arguments: [String], root: any ParsableCommand.Type = Notifyctl.self) throws -> [String] {
+        // Shell completion requests have their own syntax, made by the parser itself.
+        if arguments.first == "---completion" { return arguments }
+        guard let socket = try occurrence(in: arguments) else { return arguments }
+
+        // Walk the subcommand path (`state get`), stepping over the option wherever it stands on it.
+        var command = root
+        var index = 0
+        var pathEnd = 0
+        var pathLength = 0
+        while index < arguments.count {
+            if socket.range.contains(index) {
+                index = socket.range.upperBound
+                continue
+            }
+            let word = arguments[index]
+            guard
+                let subcommand = command.configuration.subcommands.first(where: {
+                    $0._commandName == word || $0.configuration.aliases.contains(word)
+                })
+            else { break }
+            command = subcommand
+            index += 1
+            pathEnd = index
+            pathLength += 1
+        }
+
+        var result = arguments
+        if command.configuration.subcommands.isEmpty {
+            if socket.range.lowerBound >= pathEnd { return arguments }  // already after the subcommand path
+            result.insert(contentsOf: arguments[socket.range], at: pathEnd)
+            result.removeSubrange(socket.range)
+            return result
+        }
+        // No runnable subcommand: `notifyctl --socket PATH` alone, or followed by --help or a typo.
+        if root.configuration.subcommands.contains(where: { $0._commandName == socket.value }) {
+            throw ValidationError("--socket needs a value: the path of the daemon's socket")  // `--socket status`
+        }
+        result.removeSubrange(socket.range)
+        if result.count == pathLength {
+            throw ValidationError(
+                "--socket \(socket.value) needs a subcommand after it, e.g. 'notifyctl --socket \(socket.value) status'")
+        }
+        return result  // the parser shows the help, or says what is wrong with the rest
+    }
+
+    /// The one `--socket` before any `--`, if given.
+    private static func occurrence(in arguments: [String]) throws -> Occurrence? {
+        var found: [Occurrence] = []
+        var index = 0
+        while index < arguments.count, arguments[index] != "--" {
+            let argument = arguments[index]
+            if argument == name {
+                let value = index + 1 < arguments.count ? arguments[index + 1] : ""
+                guard !value.isEmpty, !value.hasPrefix("-") else {
+                    throw ValidationError("--socket needs a value: the path of the daemon's socket")
+                }
+                found.append(Occurrence(range: index..<index + 2, value: value))
+                index += 2
+            } else if argument.hasPrefix(name + "=") {
+                let value = String(argument.dropFirst(name.count + 1))
+                guard !value.isEmpty else { throw ValidationError("--socket needs a value: the path of the daemon's socket") }
+                found.append(Occurrence(range: index..<index + 1, value: value))
+                index += 1
+            } else {
+                index += 1
+            }
+        }
+        guard found.count <= 1 else {
+            let values = found.map { "'\($0.value)'" }.joined(separator: ", ")
+            throw ValidationError(
+                "--socket given \(found.count == 2 ? "twice" : "\(found.count) times") (\(values)): give it once, "
+                    + "before or after the subcommand")
+        }
+        return found.first
     }
 }
 
 /// Options every subcommand shares.
 struct ConnectionOptions: ParsableArguments {
-    @Option(name: .long, help: "The daemon's Unix socket path.")
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The daemon's Unix socket path (may also go before the subcommand).", valueName: "path"))
     var socket: String?
 
     func connect() async throws -> NotifyCenter {

@@ -107,6 +107,87 @@ extension Integration {
             }
         }
 
+        @Test(
+            "--socket before the subcommand, as systemctl and busctl take it, or after it",
+            arguments: [SocketPlacement.before, .beforeWithEquals, .after])
+        func socketPlacement(placement: SocketPlacement) async throws {
+            try await withDaemon { scope, daemon in
+                let status = try await scope.run(.notifyctl, placement.arguments(["status"], socket: scope.socketPath))
+                #expect(status.termination == .exited(0), "\(status.diagnostics)")
+                let pidRow = status.stdoutLines.first { $0.hasPrefix("pid ") }
+                #expect(pidRow?.hasSuffix(" \(daemon.pid)") == true, "\(status.diagnostics)")
+
+                let listen = try scope.launch(
+                    .notifyctl, placement.arguments(["listen", "com.example.order", "--count", "1"], socket: scope.socketPath))
+                try await listen.waitForLine(containing: "listening", on: .stderr)
+
+                let names = try await scope.run(.notifyctl, placement.arguments(["names"], socket: scope.socketPath))
+                #expect(names.termination == .exited(0), "\(names.diagnostics)")
+                #expect(names.stdoutLines.contains { $0.hasSuffix(" com.example.order") }, "\(names.diagnostics)")
+                let clients = try await scope.run(.notifyctl, placement.arguments(["clients"], socket: scope.socketPath))
+                #expect(clients.termination == .exited(0), "\(clients.diagnostics)")
+                #expect(clients.stdoutLines.contains { $0.hasPrefix(pad(listen.pid, 7)) }, "\(clients.diagnostics)")
+
+                let post = try await scope.run(
+                    .notifyctl, placement.arguments(["post", "com.example.order", "hi", "--wait"], socket: scope.socketPath))
+                #expect(post.termination == .exited(0), "\(post.diagnostics)")
+                #expect(post.stdoutLines.first?.hasPrefix("delivered to 1 subscriber") == true, "\(post.diagnostics)")
+                #expect(try await listen.waitForExit() == .exited(0), "\(listen.diagnostics)")
+                #expect(listen.stdoutLines.first?.hasSuffix(" hi") == true, "\(listen.diagnostics)")
+
+                // Two levels of subcommand: set in this placement, read back in every one (and between the levels).
+                let set = try await scope.run(
+                    .notifyctl, placement.arguments(["state", "set", "com.example.order", "41"], socket: scope.socketPath))
+                #expect(set.termination == .exited(0), "\(set.diagnostics)")
+                for arguments in [
+                    ["--socket", scope.socketPath, "state", "get", "com.example.order"],
+                    ["state", "--socket", scope.socketPath, "get", "com.example.order"],
+                    ["state", "get", "com.example.order", "--socket", scope.socketPath],
+                ] {
+                    let get = try await scope.run(.notifyctl, arguments)
+                    #expect(get.termination == .exited(0), "\(get.diagnostics)")
+                    #expect(get.stdoutLines == ["41"], "\(get.diagnostics)")
+                }
+            }
+        }
+
+        @Test(
+            "--socket without a value, or given twice, is a usage error that says so",
+            arguments: [
+                (["--socket"], "--socket needs a value"),
+                (["--socket="], "--socket needs a value"),
+                (["--socket", "status"], "--socket needs a value"),
+                (["status", "--socket"], "--socket needs a value"),
+                (["--socket", "SOCKET"], "needs a subcommand"),
+                (["--socket", "SOCKET", "status", "--socket", "SOCKET"], "--socket given twice"),
+                (["--socket", "SOCKET", "--socket=SOCKET", "status"], "--socket given twice"),
+                (["status", "--socket", "SOCKET", "--socket", "SOCKET"], "--socket given twice"),
+                (["--socket", "SOCKET", "state", "--socket", "SOCKET", "get", "x"], "--socket given twice"),
+            ])
+        func socketMisuse(arguments: [String], message: String) async throws {
+            try await withDaemon { scope, _ in
+                let given = arguments.map { $0.replacingOccurrences(of: "SOCKET", with: scope.socketPath) }
+                let result = try await scope.run(.notifyctl, given)
+                #expect(result.termination == .exited(64), "a usage error (EX_USAGE)\n\(result.diagnostics)")
+                #expect(result.stderrText.contains(message), "\(result.diagnostics)")
+                #expect(result.stdoutLines.isEmpty, "\(result.diagnostics)")
+            }
+        }
+
+        @Test("--help shows --socket at the top level and in the subcommands")
+        func socketInHelp() async throws {
+            try await withIntegrationScope { scope in
+                let top = try await scope.run(.notifyctl, ["--help"])
+                #expect(top.termination == .exited(0), "\(top.diagnostics)")
+                #expect(top.stdoutLines.contains { $0.contains("notifyctl [--socket <path>] <subcommand>") }, "\(top.diagnostics)")
+                for command in [["status"], ["listen"], ["state", "get"]] {
+                    let help = try await scope.run(.notifyctl, command + ["--help"])
+                    #expect(help.termination == .exited(0), "\(help.diagnostics)")
+                    #expect(help.stdoutLines.contains { $0.contains("--socket <path>") }, "\(help.diagnostics)")
+                }
+            }
+        }
+
         @Test("listen --count with --timeout fails when too few notifications arrive")
         func listenTimeout() async throws {
             try await withDaemon { scope, _ in
@@ -119,4 +200,34 @@ extension Integration {
             }
         }
     }
+}
+
+/// Where a test puts `--socket PATH` on notifyctl's command line.
+enum SocketPlacement: Sendable, CustomTestStringConvertible {
+    case before
+    case beforeWithEquals
+    case after
+
+    /// `command` with the socket option placed; the option goes before or after the whole subcommand path.
+    func arguments(_ command: [String], socket: String) -> [String] {
+        switch self {
+        case .before: ["--socket", socket] + command
+        case .beforeWithEquals: ["--socket=\(socket)"] + command
+        case .after: command + ["--socket", socket]
+        }
+    }
+
+    var testDescription: String {
+        switch self {
+        case .before: "notifyctl --socket PATH COMMAND"
+        case .beforeWithEquals: "notifyctl --socket=PATH COMMAND"
+        case .after: "notifyctl COMMAND --socket PATH"
+        }
+    }
+}
+
+/// Right-aligns `value` in `width` columns, as `notifyctl clients` prints its PID column.
+private func pad(_ value: some BinaryInteger, _ width: Int) -> String {
+    let text = "\(value)"
+    return String(repeating: " ", count: max(0, width - text.count)) + text
 }
