@@ -102,19 +102,5 @@ struct AccessControl {
             self.uid = uid
             self.groups = groups
         }
-
-        /// The peer's primary group and the supplementary groups of its user account.
-        init(credentials: SenderCredentials) {
-            uid = credentials.uid
-            var groups: Set<UInt32> = [credentials.gid]
-            if let account = getpwuid(credentials.uid) {
-                var count: Int32 = 64
-                var list = [gid_t](repeating: 0, count: Int(count))
-                if getgrouplist(account.pointee.pw_name, credentials.gid, &list, &count) >= 0 {
-                    groups.formUnion(list.prefix(Int(count)).map { UInt32($0) })
-                }
-            }
-            self.groups = groups
-        }
     }
 }

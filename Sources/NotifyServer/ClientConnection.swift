@@ -69,6 +69,13 @@ final class ClientConnection: ChannelInboundHandler {
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     private(set) var credentials = SenderCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
     private(set) var peer = AccessControl.Peer(uid: UInt32.max, groups: [])
+    /// The command name found when the connection opened (`nil`: unknown, e.g. hidden by the sandbox).
+    private var command: String?
+    /// Set until the groups and command are known: nothing is served before, since an access decision needs
+    /// the groups.
+    private var awaitingIdentity = false
+    /// The peer closed its side while ``awaitingIdentity``: handled once its frames have been.
+    private var inputClosedWhileAwaitingIdentity = false
     private var account: UIDAccount?
     /// Bytes this connection has counted in its account (pending plus held).
     private var accountedBytes = 0
@@ -125,7 +132,13 @@ final class ClientConnection: ChannelInboundHandler {
         if let peerCredentials = PeerCredentials.read(from: context.channel) {
             credentials = peerCredentials
         }
-        peer = AccessControl.Peer(credentials: credentials)
+        peer = AccessControl.Peer(uid: credentials.uid, groups: [credentials.gid])
+        // Nothing is read until the lookup is done: the socket's own buffer holds what the client sends meanwhile.
+        awaitingIdentity = true
+        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        router.identities.resolve(credentials) { [self] identity in
+            identityResolved(identity)
+        }
         let account = router.account(for: credentials.uid)
         account.connections += 1
         self.account = account
@@ -157,9 +170,30 @@ final class ClientConnection: ChannelInboundHandler {
         context.fireChannelInactive()
     }
 
+    /// The connection's groups and command are known: serve the frames that arrived meanwhile.
+    private func identityResolved(_ identity: PeerIdentityResolver.Identity) {
+        awaitingIdentity = false
+        peer = AccessControl.Peer(uid: credentials.uid, groups: identity.groups)
+        command = identity.command
+        guard state == .awaitingHello || state == .open else { return }
+        serveBufferedFrames()
+        if inputClosedWhileAwaitingIdentity { inputClosed() }
+        router.flushDirtyConnections()
+        if let context, state == .awaitingHello || state == .open {
+            context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+            context.read()
+        }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard state == .awaitingHello || state == .open else { return }
         accumulator.append(unwrapInboundIn(data))
+        guard !awaitingIdentity else { return }
+        serveBufferedFrames()
+    }
+
+    /// Decodes and serves every complete frame received so far.
+    private func serveBufferedFrames() {
         let maxPayload = Int(router.configuration.limits.maxPayloadLength)
         do throws(WireDecodingError) {
             while state == .awaitingHello || state == .open, var frame = try accumulator.nextRawFrame() {
@@ -187,18 +221,26 @@ final class ClientConnection: ChannelInboundHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? ChannelEvent, event == .inputClosed {
-            // The peer finished sending. A partial frame left behind is a protocol violation worth reporting;
-            // otherwise write whatever is still queued for it, then close.
-            do throws(WireDecodingError) {
-                try accumulator.finish()
-                closeAfterFlushing()
-            } catch {
-                fail(error.code, error.description)
+            if awaitingIdentity {
+                inputClosedWhileAwaitingIdentity = true
+            } else {
+                inputClosed()
+                router.flushDirtyConnections()
             }
-            router.flushDirtyConnections()
             return
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    /// The peer finished sending. A partial frame left behind is a protocol violation worth reporting;
+    /// otherwise write whatever is still queued for it, then close.
+    private func inputClosed() {
+        do throws(WireDecodingError) {
+            try accumulator.finish()
+            closeAfterFlushing()
+        } catch {
+            fail(error.code, error.description)
+        }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
@@ -774,17 +816,8 @@ final class ClientConnection: ChannelInboundHandler {
     func introspection() -> Introspection.Client {
         Introspection.Client(
             connection: number, pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
-            command: Self.commandName(of: credentials.pid), clientName: clientName, subscriptions: subscriptions.count,
+            command: command, clientName: clientName, subscriptions: subscriptions.count,
             pendingBytes: outbound.pendingBytes, heldBytes: held?.bytes ?? 0, suspended: suspendCount > 0,
             merged: merged, dropped: dropped)
-    }
-
-    private static func commandName(of pid: UInt32) -> String? {
-        guard let file = fopen("/proc/\(pid)/comm", "r") else { return nil }
-        defer { fclose(file) }
-        var buffer = [CChar](repeating: 0, count: 64)
-        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
-        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return text.hasSuffix("\n") ? String(text.dropLast()) : text
     }
 }

@@ -73,11 +73,15 @@ public final class NotifyServer: Service, Sendable {
             throw ServerError.invalidConfiguration(problems.joined(separator: "; "))
         }
         let eventLoop = group.next()
+        // NSS and /proc lookups for new connections (they may block) run here, never on the event loop.
+        let identityPool = NIOThreadPool(numberOfThreads: 2)
+        identityPool.start()
+        defer { identityPool.shutdownGracefully { _ in } }
         let router = try await eventLoop.submit { [configuration, instanceID, logger] in
             NIOLoopBound(
                 SubscriptionRouter(
                     eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
-                    daemonPID: UInt32(getpid()), logger: logger),
+                    daemonPID: UInt32(getpid()), logger: logger, identityPool: identityPool),
                 eventLoop: eventLoop)
         }.get()
 

@@ -22,6 +22,8 @@ public struct ServerConfiguration: Sendable {
     /// How long a connection closed by the `disconnect` policy may take to read its last bytes (including the
     /// `ERROR slow-consumer` frame) before it is closed regardless.
     public var slowConsumerGraceSeconds: Double
+    /// How a new client's groups and command name are found (off the event loop).
+    public var identityLookup: PeerIdentityLookup
 
     /// Creates a configuration.
     public init(
@@ -32,8 +34,10 @@ public struct ServerConfiguration: Sendable {
         serverName: String = "notifyd \(NotifyServer.version)",
         shutdownDeadlineSeconds: Double = 5,
         access: AccessConfiguration = AccessConfiguration(),
-        slowConsumerGraceSeconds: Double = 10
+        slowConsumerGraceSeconds: Double = 10,
+        identityLookup: PeerIdentityLookup = .system
     ) {
+        self.identityLookup = identityLookup
         self.access = access
         self.slowConsumerGraceSeconds = slowConsumerGraceSeconds
         self.listenAddress = listenAddress

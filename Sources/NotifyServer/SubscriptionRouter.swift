@@ -6,6 +6,7 @@ import Musl
 import FoundationEssentials
 import Logging
 import NIOCore
+import NIOPosix
 import NotifyWire
 
 /// The subscriber tables, the state and retained stores, and the fan-out of posts. Lives on the server's
@@ -74,7 +75,15 @@ final class SubscriptionRouter {
     private(set) var lastSequence: UInt64 = 0
     var statistics = ServerStatistics()
 
-    init(eventLoop: EventLoop, configuration: ServerConfiguration, instanceID: InstanceID, daemonPID: UInt32, logger: Logger) {
+    /// Finds new connections' groups and command names off the event loop.
+    let identities: PeerIdentityResolver
+
+    init(
+        eventLoop: EventLoop, configuration: ServerConfiguration, instanceID: InstanceID, daemonPID: UInt32,
+        logger: Logger, identityPool: NIOThreadPool? = nil
+    ) {
+        self.identities = PeerIdentityResolver(
+            eventLoop: eventLoop, pool: identityPool, lookup: configuration.identityLookup)
         self.eventLoop = eventLoop
         self.configuration = configuration
         self.instanceID = instanceID

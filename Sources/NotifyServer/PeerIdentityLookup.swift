@@ -1,0 +1,55 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What the kernel's `SO_PEERCRED` does not tell about a client: its user's supplementary groups (for `group`
+/// access rules) and its command name (for introspection).
+///
+/// Both lookups may block for long: groups go through NSS (LDAP or sssd can take seconds), and `/proc` reads
+/// can stall. The daemon runs them on a thread pool, never on its event loop (``PeerIdentityResolver``).
+public struct PeerIdentityLookup: Sendable {
+    /// The groups of `uid`, whose primary group the kernel reported as `gid`; `gid` is always among them.
+    public var groups: @Sendable (_ uid: UInt32, _ gid: UInt32) -> Set<UInt32>
+    /// The command name of `pid`, or `nil` when it cannot be read.
+    public var command: @Sendable (_ pid: UInt32) -> String?
+
+    /// Creates a lookup from two functions (tests inject slow or failing ones).
+    public init(
+        groups: @escaping @Sendable (_ uid: UInt32, _ gid: UInt32) -> Set<UInt32>,
+        command: @escaping @Sendable (_ pid: UInt32) -> String?
+    ) {
+        self.groups = groups
+        self.command = command
+    }
+
+    /// The system's own: `getpwuid_r` and `getgrouplist`, and `/proc/PID/comm`.
+    public static let system = PeerIdentityLookup(groups: systemGroups, command: procCommand)
+
+    private static func systemGroups(uid: UInt32, gid: UInt32) -> Set<UInt32> {
+        var groups: Set<UInt32> = [gid]
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var scratch = [CChar](repeating: 0, count: 16_384)
+        guard getpwuid_r(uid, &entry, &scratch, scratch.count, &result) == 0, result != nil else { return groups }
+        var count: Int32 = 64
+        var list = [gid_t](repeating: 0, count: Int(count))
+        if getgrouplist(entry.pw_name, gid, &list, &count) < 0, count > 64 {
+            // Too small: `count` now says how many there are.
+            list = [gid_t](repeating: 0, count: Int(count))
+            guard getgrouplist(entry.pw_name, gid, &list, &count) >= 0 else { return groups }
+        }
+        groups.formUnion(list.prefix(Int(count)).map { UInt32($0) })
+        return groups
+    }
+
+    private static func procCommand(pid: UInt32) -> String? {
+        guard pid != 0, let file = fopen("/proc/\(pid)/comm", "r") else { return nil }
+        defer { fclose(file) }
+        var buffer = [CChar](repeating: 0, count: 64)
+        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
+        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return text.hasSuffix("\n") ? String(text.dropLast()) : text
+    }
+}
