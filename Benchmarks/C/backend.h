@@ -41,6 +41,12 @@ extern const struct backend redis_backend;
 extern const struct backend dbus_backend;
 #endif
 
+/* The delivery policy every SUBSCRIBE asks for, on systems that have one (notifyd: PROTOCOL.md § 6.2, § 9.4;
+ * code 0 coalesce, 1 queue with `bench_queue_limit`, 2 disconnect). The relay parses and ignores it; Redis and
+ * D-Bus have no such field. Default: coalesce. */
+extern uint8_t bench_policy_code;
+extern uint32_t bench_queue_limit;
+
 /* Non-matching pattern number i for a system (glob syntax differs). */
 void pattern_text(const struct backend *b, size_t i, char *out, size_t cap);
 

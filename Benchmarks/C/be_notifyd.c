@@ -29,7 +29,8 @@ static int nd_subscribe_all(conn *k, char **names, size_t n, int patterns, char 
     uint32_t first = k->next_request;
     struct nd_frame f;
     for (size_t i = 0; i < n; i++) {
-        nd_subscribe(k->c, k->next_request++, k->next_subscription++, names[i], strlen(names[i]));
+        nd_subscribe_policy(k->c, k->next_request++, k->next_subscription++, bench_policy_code, bench_queue_limit,
+                            names[i], strlen(names[i]));
         if (nd_pending_write(k->c) > 65536 && nd_flush(k->c) < 0) goto fail;
     }
     if (nd_flush(k->c) < 0) goto fail;

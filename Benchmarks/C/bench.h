@@ -31,8 +31,10 @@ struct board_slot {
     uint64_t received; /* notifications received so far */
     uint64_t command;  /* written by the orchestrator: phase the slot's process should go to */
     uint64_t errors;   /* protocol errors, lost notifications reported by the system, ... */
-    uint64_t merged;   /* notifications the system reported as merged or dropped */
-    uint64_t pad[3];
+    uint64_t merged;   /* notifications the system reported as merged or dropped (both kinds together) */
+    uint64_t merged_frames; /* NOTIFICATION_MERGED frames received (each is also counted in `received`) */
+    uint64_t dropped;  /* of `merged`: notifications reported dropped (OVERFLOW counts) rather than merged */
+    uint64_t last_ns;  /* CLOCK_MONOTONIC time of the last read that brought a notification */
 };
 
 struct board {

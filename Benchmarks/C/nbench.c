@@ -3,9 +3,10 @@
  *   nbench ROLE --system notifyd|relay|redis|dbus --address SOCKET --board FILE [options]
  *
  * Roles: sub (subscriber: counts notifications into its board slot), pub (poster and coordinator of one
- * fan-out measurement, with flow control through the board), ping/pong (round trip), idle (many idle
- * connections with subscriptions, for memory), churn (connect + subscribe + disconnect). Every role prints
- * one JSON object on standard output. */
+ * fan-out measurement, with flow control through the board), flood (poster and coordinator with no flow
+ * control at all: it writes as fast as the system reads, then waits for the end marker), ping/pong (round
+ * trip), idle (many idle connections with subscriptions, for memory), churn (connect + subscribe +
+ * disconnect). Every role prints one JSON object on standard output. */
 #include "bench.h"
 #include "backend.h"
 
@@ -46,13 +47,37 @@ static struct {
     const char *role, *system, *address, *board_path, *name, *name_prefix, *client_name;
     long slot, slots, name_count, name_first, name_last, patterns, pattern_first, posts, payload, window, subs, ignore_slot;
     long iterations, warmup, connections, subs_per_conn, batch;
-    double max_seconds, seconds;
+    double max_seconds, seconds, drain_seconds, quiet_seconds;
     int spread;
+    const char *policy;
 } opt = {
     .name = "bench.fan", .name_prefix = "bench.names.n", .client_name = "nbench", .slots = 1, .name_last = -1,
     .posts = 100000, .payload = 64, .window = 1000, .subs = 1, .ignore_slot = -1, .iterations = 20000,
     .warmup = 2000, .connections = 100, .subs_per_conn = 10, .batch = 64, .max_seconds = 5, .seconds = 3,
+    .drain_seconds = 30, .quiet_seconds = 2,
 };
+
+uint8_t bench_policy_code = 0; /* coalesce */
+uint32_t bench_queue_limit = 0;
+
+/* --policy coalesce | queue:N | queue:unbounded (the largest limit the wire allows, 2^32 - 1) | disconnect */
+static void parse_policy(const char *text) {
+    if (!strcmp(text, "coalesce")) { bench_policy_code = 0; bench_queue_limit = 0; return; }
+    if (!strcmp(text, "disconnect")) { bench_policy_code = 2; bench_queue_limit = 0; return; }
+    if (!strncmp(text, "queue:", 6)) {
+        const char *n = text + 6;
+        bench_policy_code = 1;
+        if (!strcmp(n, "unbounded")) { bench_queue_limit = UINT32_MAX; return; }
+        char *end;
+        unsigned long long v = strtoull(n, &end, 10);
+        if (*n && !*end && v >= 1 && v <= UINT32_MAX) { bench_queue_limit = (uint32_t)v; return; }
+    }
+    die("--policy must be coalesce, disconnect, queue:N (1 <= N < 2^32) or queue:unbounded, not '%s'", text);
+}
+
+/* The end marker of a flood: the last post's payload starts with this byte (ordinary payloads are 'x').
+ * Every policy delivers it: coalesce keeps the latest, queue and the byte bound drop the oldest. */
+#define END_MARK 'E'
 
 static const struct backend *backend;
 static struct board *board;
@@ -103,12 +128,18 @@ static uint64_t cpu_ns_self(void) {
 
 /* ---- sub ---- */
 
-struct sub_state { uint64_t received, lost; };
+struct sub_state { uint64_t received, lost, merged_frames, dropped; int end_seen; };
 
 static void count_note(void *arg, const char *name, size_t name_len, const uint8_t *payload, size_t payload_len, uint64_t lost) {
-    (void)name_len; (void)payload; (void)payload_len;
+    (void)name_len;
     struct sub_state *s = arg;
-    if (name) s->received++;
+    if (name) {
+        s->received++;
+        if (lost) s->merged_frames++; /* NOTIFICATION_MERGED: `lost` posts were merged into this one */
+        if (payload_len > 0 && payload[0] == END_MARK) s->end_seen = 1;
+    } else {
+        s->dropped += lost; /* OVERFLOW: dropped, not merged */
+    }
     s->lost += lost;
 }
 
@@ -130,21 +161,30 @@ static int role_sub(void) {
         subscribe_or_die(c, names, 1, 0);
     }
     st(&slot->ready, 1);
-    struct sub_state s = {0, 0};
+    struct sub_state s = {0, 0, 0, 0, 0};
     char err[512] = "";
     int failed = 0;
     while (!ld(&board->stop)) {
         struct pollfd p = {backend->fd(c), POLLIN, 0};
         int r = poll(&p, 1, 20);
         if (r <= 0) continue;
-        if (backend->pump(c, count_note, &s, err, sizeof err) < 0) { failed = 1; break; }
-        st(&slot->received, s.received);
-        if (s.lost) st(&slot->merged, s.lost);
+        uint64_t before = s.received + s.lost;
+        int pumped = backend->pump(c, count_note, &s, err, sizeof err);
+        if (s.received + s.lost != before) {
+            st(&slot->last_ns, now_ns());
+            st(&slot->merged_frames, s.merged_frames);
+            st(&slot->dropped, s.dropped);
+            if (s.lost) st(&slot->merged, s.lost);
+            st(&slot->received, s.received);
+            if (s.end_seen) st(&slot->ready, 2); /* phase 2: the flood's end marker arrived */
+        }
+        if (pumped < 0) { failed = 1; break; }
     }
     st(&slot->received, s.received);
     if (failed) st(&slot->errors, 1);
-    printf("{\"role\":\"sub\",\"slot\":%ld,\"received\":%llu,\"lost\":%llu,\"error\":\"%s\"}\n", opt.slot,
-           (unsigned long long)s.received, (unsigned long long)s.lost, failed ? err : "");
+    printf("{\"role\":\"sub\",\"slot\":%ld,\"received\":%llu,\"lost\":%llu,\"merged_frames\":%llu,\"dropped\":%llu,"
+           "\"error\":\"%s\"}\n", opt.slot, (unsigned long long)s.received, (unsigned long long)s.lost,
+           (unsigned long long)s.merged_frames, (unsigned long long)s.dropped, failed ? err : "");
     backend->close(c);
     return failed;
 }
@@ -251,6 +291,127 @@ static int role_pub(void) {
     return 0;
 }
 
+/* ---- flood: a poster with no flow control ----
+ *
+ * Posts `--posts` notifications (or as many as fit in `--max-seconds`) in batches of `--batch` per write,
+ * as fast as the system takes the bytes: no window, no acknowledgements (the C client's flush only polls
+ * for writability and reads what the system sends, so neither side can block the other). Then one more
+ * post whose payload starts with END_MARK. Subscribers count what they receive and publish the time of
+ * their last read; the run ends when every active subscriber has seen the end marker (or failed), when
+ * nothing has arrived for `--quiet-seconds`, or after `--drain-seconds`. Throughput = notification frames
+ * received (NOTIFICATION and NOTIFICATION_MERGED alike) / (the last subscriber's last read - first post). */
+static int role_flood(void) {
+    conn *c = open_or_die();
+    backend->make_poster(c);
+    backend->flush(c);
+    uint8_t *payload = malloc((size_t)opt.payload + 1);
+    memset(payload, 'x', (size_t)opt.payload);
+    uint8_t *end_payload = malloc((size_t)opt.payload + 1);
+    memset(end_payload, 'x', (size_t)opt.payload);
+    end_payload[0] = END_MARK;
+    size_t end_len = opt.payload > 0 ? (size_t)opt.payload : 1;
+    long nslots = opt.subs;
+    if (nslots > 256) die("flood: at most 256 subscribers");
+    uint64_t deadline = now_ns() + 180ull * 1000000000ull;
+    for (long i = 0; i < nslots; i++)
+        while (!ld(&board->slots[i].ready)) {
+            if (now_ns() > deadline) die("subscriber %ld never became ready", i);
+            sleep_us(1000);
+        }
+    size_t name_len = strlen(opt.name);
+    long active = nslots - (opt.ignore_slot >= 0 && opt.ignore_slot < nslots ? 1 : 0);
+    uint64_t base[256] = {0};
+    for (long i = 0; i < nslots; i++) base[i] = ld(&board->slots[i].received);
+    uint64_t cpu0 = cpu_ns_self();
+    uint64_t t0 = now_ns();
+    uint64_t stop_at = t0 + (uint64_t)(opt.max_seconds * 1e9);
+    uint64_t posted = 0, target = (uint64_t)opt.posts, max_lag = 0, batches = 0;
+    int cut = 0;
+    while (posted < target) {
+        uint64_t batch = (uint64_t)opt.batch;
+        if (batch > target - posted) batch = target - posted;
+        for (uint64_t j = 0; j < batch; j++) backend->post(c, opt.name, name_len, payload, (size_t)opt.payload);
+        posted += batch;
+        if (backend->flush(c) < 0) die("flush failed while posting");
+        if ((++batches & 15) == 0) {
+            /* the backlog of the slowest active subscriber, in notifications (sampled every 16 writes) */
+            uint64_t m = UINT64_MAX;
+            for (long i = 0; i < nslots; i++) {
+                if (i == opt.ignore_slot) continue;
+                uint64_t r = ld(&board->slots[i].received) - base[i] + ld(&board->slots[i].merged);
+                if (r < m) m = r;
+            }
+            if (m != UINT64_MAX && posted > m && posted - m > max_lag) max_lag = posted - m;
+            if (now_ns() > stop_at) { cut = 1; break; }
+        }
+    }
+    backend->post(c, opt.name, name_len, end_payload, end_len);
+    posted++;
+    if (backend->flush(c) < 0) die("flush failed while posting the end marker");
+    uint64_t t_posted = now_ns();
+    uint64_t cpu1 = cpu_ns_self();
+    /* wait for the end marker everywhere (bounded: quiet period, drain deadline) */
+    uint64_t drain_end = t_posted + (uint64_t)(opt.drain_seconds * 1e9);
+    uint64_t quiet = (uint64_t)(opt.quiet_seconds * 1e9);
+    uint64_t last_total = UINT64_MAX, last_change = now_ns();
+    int complete = 0, quiet_end = 0, drain_cut = 0;
+    for (;;) {
+        int done = 1;
+        uint64_t total = 0;
+        for (long i = 0; i < nslots; i++) {
+            if (i == opt.ignore_slot) continue;
+            total += ld(&board->slots[i].received) + ld(&board->slots[i].merged);
+            if (ld(&board->slots[i].ready) < 2 && !ld(&board->slots[i].errors)) done = 0;
+        }
+        uint64_t t = now_ns();
+        if (done) { complete = 1; break; }
+        if (total != last_total) { last_total = total; last_change = t; }
+        if (t - last_change > quiet) { quiet_end = 1; break; }
+        if (t > drain_end) { drain_cut = 1; break; }
+        sleep_us(200);
+    }
+    uint64_t t_wait = now_ns();
+    uint64_t delivered = 0, lost = 0, merged_frames = 0, dropped = 0, errors = 0, end_seen = 0, last = 0;
+    uint64_t min_sub = UINT64_MAX, max_sub = 0;
+    for (long i = 0; i < nslots; i++) {
+        if (i == opt.ignore_slot) continue;
+        uint64_t r = ld(&board->slots[i].received) - base[i];
+        delivered += r;
+        if (r < min_sub) min_sub = r;
+        if (r > max_sub) max_sub = r;
+        lost += ld(&board->slots[i].merged);
+        merged_frames += ld(&board->slots[i].merged_frames);
+        dropped += ld(&board->slots[i].dropped);
+        errors += ld(&board->slots[i].errors);
+        if (ld(&board->slots[i].ready) >= 2) end_seen++;
+        uint64_t l = ld(&board->slots[i].last_ns);
+        if (l > last) last = l;
+    }
+    st(&board->stop, 1);
+    if (last < t0) last = t_wait;
+    double seconds = (double)(last - t0) / 1e9;
+    if (seconds <= 0) seconds = 1e-9;
+    uint64_t expected = posted * (uint64_t)active;
+    uint64_t merged = lost - dropped;
+    uint64_t accounted = delivered + merged + dropped;
+    printf("{\"role\":\"flood\",\"system\":\"%s\",\"policy\":\"%s\",\"subscribers\":%ld,\"active\":%ld,\"payload\":%ld,"
+           "\"posted\":%llu,\"expected\":%llu,\"delivered\":%llu,\"merged_frames\":%llu,\"merged\":%llu,\"dropped\":%llu,"
+           "\"unaccounted\":%llu,\"errors\":%llu,\"end_seen\":%llu,\"min_per_subscriber\":%llu,\"max_per_subscriber\":%llu,"
+           "\"seconds\":%.6f,\"posting_seconds\":%.6f,\"delivered_per_s\":%.1f,\"posts_per_s\":%.1f,\"max_lag\":%llu,"
+           "\"complete\":%s,\"quiet_end\":%s,\"drain_cut\":%s,\"posting_cut\":%s,\"poster_cpu_s\":%.4f}\n",
+           opt.system, opt.policy ? opt.policy : "native", nslots, active, opt.payload, (unsigned long long)posted,
+           (unsigned long long)expected, (unsigned long long)delivered, (unsigned long long)merged_frames,
+           (unsigned long long)merged, (unsigned long long)dropped,
+           (unsigned long long)(expected > accounted ? expected - accounted : 0), (unsigned long long)errors,
+           (unsigned long long)end_seen, (unsigned long long)(min_sub == UINT64_MAX ? 0 : min_sub),
+           (unsigned long long)max_sub, seconds, (double)(t_posted - t0) / 1e9, (double)delivered / seconds,
+           (double)posted / ((double)(t_posted - t0) / 1e9), (unsigned long long)max_lag, complete ? "true" : "false",
+           quiet_end ? "true" : "false", drain_cut ? "true" : "false", cut ? "true" : "false",
+           (double)(cpu1 - cpu0) / 1e9);
+    backend->close(c);
+    return 0;
+}
+
 /* ---- ping / pong ---- */
 
 struct pong_state { conn *pub; const char *reply; size_t reply_len; uint64_t count; };
@@ -307,7 +468,7 @@ static int role_ping(void) {
     long total = opt.warmup + opt.iterations;
     uint64_t *samples = malloc((size_t)opt.iterations * sizeof *samples);
     long n = 0;
-    struct sub_state s = {0, 0};
+    struct sub_state s = {0, 0, 0, 0, 0};
     char err[512] = "";
     uint64_t start = now_ns();
     for (long i = 0; i < total; i++) {
@@ -403,9 +564,10 @@ int main(int argc, char **argv) {
         {"name-last", 1, 0, 7}, {"patterns", 1, 0, 8}, {"posts", 1, 0, 9}, {"payload", 1, 0, 10}, {"window", 1, 0, 11},
         {"subs", 1, 0, 12}, {"ignore-slot", 1, 0, 13}, {"iterations", 1, 0, 14}, {"warmup", 1, 0, 15},
         {"connections", 1, 0, 16}, {"subs-per-conn", 1, 0, 17}, {"max-seconds", 1, 0, 18}, {"seconds", 1, 0, 19},
-        {"spread", 0, 0, 20}, {"batch", 1, 0, 21}, {"client-name", 1, 0, 22}, {"pattern-first", 1, 0, 23}, {0, 0, 0, 0},
+        {"spread", 0, 0, 20}, {"batch", 1, 0, 21}, {"client-name", 1, 0, 22}, {"pattern-first", 1, 0, 23},
+        {"policy", 1, 0, 24}, {"drain-seconds", 1, 0, 25}, {"quiet-seconds", 1, 0, 26}, {0, 0, 0, 0},
     };
-    if (argc < 2) die("usage: nbench sub|pub|ping|pong|idle|churn --system S --address PATH [--board FILE] ...");
+    if (argc < 2) die("usage: nbench sub|pub|flood|ping|pong|idle|churn --system S --address PATH [--board FILE] ...");
     opt.role = argv[1];
     optind = 2;
     int ch;
@@ -437,6 +599,9 @@ int main(int argc, char **argv) {
         case 21: opt.batch = atol(optarg); break;
         case 22: opt.client_name = optarg; break;
         case 23: opt.pattern_first = atol(optarg); break;
+        case 24: opt.policy = optarg; parse_policy(optarg); break;
+        case 25: opt.drain_seconds = atof(optarg); break;
+        case 26: opt.quiet_seconds = atof(optarg); break;
         default: die("unknown option");
         }
     }
@@ -451,6 +616,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(opt.role, "sub")) return role_sub();
     if (!strcmp(opt.role, "pub")) return role_pub();
+    if (!strcmp(opt.role, "flood")) return role_flood();
     if (!strcmp(opt.role, "ping")) return role_ping();
     if (!strcmp(opt.role, "pong")) return role_pong();
     if (!strcmp(opt.role, "idle")) return role_idle();

@@ -99,16 +99,21 @@ static uint8_t *frame(nd_client *c, uint8_t type, size_t fields) {
     return p + 5;
 }
 
-void nd_subscribe(nd_client *c, uint32_t request_id, uint32_t subscription_id, const char *pattern, size_t len) {
-    /* request_id u32, subscription_id u32, flags u8, policy u8 (0 coalesce), queue_limit u32, pattern string */
+void nd_subscribe_policy(nd_client *c, uint32_t request_id, uint32_t subscription_id, uint8_t policy,
+                         uint32_t queue_limit, const char *pattern, size_t len) {
+    /* request_id u32, subscription_id u32, flags u8, policy u8, queue_limit u32, pattern string */
     uint8_t *p = frame(c, ND_SUBSCRIBE, 4 + 4 + 1 + 1 + 4 + 2 + len);
     put32(p, request_id);
     put32(p + 4, subscription_id);
     p[8] = 0;
-    p[9] = 0;
-    put32(p + 10, 0);
+    p[9] = policy;
+    put32(p + 10, queue_limit);
     put16(p + 14, (uint16_t)len);
     memcpy(p + 16, pattern, len);
+}
+
+void nd_subscribe(nd_client *c, uint32_t request_id, uint32_t subscription_id, const char *pattern, size_t len) {
+    nd_subscribe_policy(c, request_id, subscription_id, 0, 0, pattern, len); /* coalesce, the default */
 }
 
 void nd_unsubscribe(nd_client *c, uint32_t request_id, uint32_t subscription_id) {

@@ -53,6 +53,9 @@ void nd_close(nd_client *c);
 
 /* Requests are appended to the connection's write buffer; nd_flush writes it all. */
 void nd_subscribe(nd_client *c, uint32_t request_id, uint32_t subscription_id, const char *pattern, size_t len);
+/* SUBSCRIBE with a delivery policy (§ 6.2): 0 coalesce (limit 0), 1 queue (limit >= 1), 2 disconnect (limit 0). */
+void nd_subscribe_policy(nd_client *c, uint32_t request_id, uint32_t subscription_id, uint8_t policy,
+                         uint32_t queue_limit, const char *pattern, size_t len);
 void nd_unsubscribe(nd_client *c, uint32_t request_id, uint32_t subscription_id);
 void nd_post(nd_client *c, uint32_t request_id, uint8_t flags, const char *name, size_t name_len,
              const void *payload, size_t payload_len);
