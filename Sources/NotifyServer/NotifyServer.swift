@@ -88,7 +88,12 @@ public final class NotifyServer: Service, Sendable {
         self.router.withLockedValue { $0 = router }
         let periodic = try await eventLoop.submit {
             [
-                eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { _ in router.value.sampleRates() },
+                eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { _ in
+                    router.value.sampleRates()
+                    // /proc is read on the pool; the loop only stores the answer.
+                    identityPool.runIfActive(eventLoop: eventLoop) { SubscriptionRouter.residentMemory() }
+                        .whenSuccess { router.value.residentMemoryBytes = $0 }
+                },
                 eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(50), delay: .milliseconds(50)) { _ in
                     router.value.releaseHeldConnections()
                 },

@@ -432,7 +432,7 @@ final class SubscriptionRouter {
             retainedNames: retained.count, posts: statistics.posts, deliveries: statistics.deliveries,
             postsPerSecond: postsPerSecond, deliveriesPerSecond: deliveriesPerSecond, merged: statistics.merged,
             dropped: statistics.dropped, slowConsumerDisconnects: statistics.slowConsumerDisconnects,
-            residentMemoryBytes: Self.residentMemory(), outboundBytes: clients.reduce(0) { $0 + $1.pendingOutboundBytes },
+            residentMemoryBytes: residentMemoryBytes, outboundBytes: clients.reduce(0) { $0 + $1.pendingOutboundBytes },
             heldBytes: clients.reduce(0) { $0 + $1.heldBytes })
     }
 
@@ -496,7 +496,10 @@ final class SubscriptionRouter {
         return .success(ByteBuffer(bytes: data))
     }
 
-    /// This process's resident set size, from `/proc/self/statm`.
+    /// This process's resident set size as last sampled (off the event loop, every second).
+    var residentMemoryBytes: UInt64 = 0
+
+    /// This process's resident set size, from `/proc/self/statm` (a file read: never on the event loop).
     static func residentMemory() -> UInt64 {
         guard let file = fopen("/proc/self/statm", "r") else { return 0 }
         defer { fclose(file) }
