@@ -8,9 +8,12 @@ extension Notifyctl {
             abstract: "Print notifications as they arrive, one line each.",
             discussion: """
                 Human form: time, name, sender pid and uid, and the payload as text (or hex when it is not UTF-8). \
-                With --json, one JSON object per line with the keys time, name, sequence, pid, uid, gid and \
-                payload (text) or payload_hex, plus message when the payload is a JSON object or array (a typed \
-                message). A line on standard error says when listening has begun.
+                The human form's time is local. With --json, one JSON object per line with the keys time (UTC, \
+                ISO 8601 with milliseconds and a Z), name, sequence, pid, uid, gid, merged (notifications merged \
+                into this one), dropped_before (notifications lost just before it), retained (true for a name's \
+                current value sent by --current) and payload (text) or payload_hex, plus message when the payload \
+                is a JSON object or array (a typed message). The line "listening for ..." on standard error comes \
+                once the daemon has every subscription: a post made after it is received.
                 """)
 
         @OptionGroup var connection: ConnectionOptions
@@ -110,10 +113,11 @@ struct LineFormatter {
     let json: Bool
 
     func format(_ notification: ReceivedNotification) -> String {
-        let time = Date().formatted(.iso8601.time(includingFractionalSeconds: true))
+        let now = Date()
         if json {
             var object: [String: Any] = [
-                "time": Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true)),
+                // UTC with its zone, so a line read elsewhere or later means one instant.
+                "time": now.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)),
                 "name": notification.name,
                 "sequence": notification.sequence,
                 "merged": notification.mergedCount,
@@ -143,6 +147,7 @@ struct LineFormatter {
         if notification.isRetained { notes += " (current value)" }
         if notification.mergedCount > 0 { notes += " (+\(notification.mergedCount) merged)" }
         if notification.droppedBefore > 0 { notes += " (\(notification.droppedBefore) dropped before)" }
+        let time = now.formatted(Date.ISO8601FormatStyle(timeZone: .current).time(includingFractionalSeconds: true))
         return "\(time) \(notification.name) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(notes)\(payload)"
     }
 

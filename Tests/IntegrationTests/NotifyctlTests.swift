@@ -52,7 +52,13 @@ extension Integration {
                 #expect(try object.int("uid") == Int(getuid()))
                 #expect(try object.int("gid") == Int(getgid()))
                 #expect(try object.int("sequence") >= 1)
-                #expect(try !object.string("time").isEmpty)
+                // An instant in UTC: date, time with milliseconds, and the zone.
+                let time = try object.string("time")
+                #expect(time.hasSuffix("Z") && time.count == "2026-11-24T06:11:34.123Z".count, "\(time)")
+                #expect((try? Date(time, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))) != nil, "\(time)")
+                #expect(try object.int("merged") == 0)
+                #expect(try object.int("dropped_before") == 0)
+                #expect(try object.bool("retained") == false)
             }
         }
 

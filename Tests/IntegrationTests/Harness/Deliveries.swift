@@ -50,6 +50,11 @@ struct JSONObject {
         return value
     }
 
+    func bool(_ key: String) throws -> Bool {
+        guard let value = fields[key] as? Bool else { throw HarnessError("no boolean \"\(key)\" in \(line)") }
+        return value
+    }
+
     func string(_ key: String) throws -> String {
         guard let value = fields[key] as? String else { throw HarnessError("no string \"\(key)\" in \(line)") }
         return value
