@@ -1,5 +1,9 @@
+#if canImport(CoreFoundation)
+import CoreFoundation
+#endif
 import Dispatch
 import Foundation
+import NIOConcurrencyHelpers
 
 /// Where an observation's handler runs.
 ///
@@ -24,6 +28,9 @@ public struct DeliveryTarget: Sendable {
         case queue(DispatchQueue)
         case operationQueue(OperationQueue)
         case runLoop(RunLoopReference)
+        /// Held by the target, and so by the observation's executor: a thread created inline in the `observe`
+        /// call has no other owner, and released it would stop before delivering anything.
+        case thread(NotificationThread)
         case actor(any Actor)
     }
 
@@ -65,8 +72,12 @@ public struct DeliveryTarget: Sendable {
     }
 
     /// Runs the handler on the thread of `thread`.
+    ///
+    /// The observation keeps `thread` running for as long as the observation lives, so
+    /// `.thread(NotificationThread())` written inline gives the observation a thread of its own, which stops
+    /// when the observation ends.
     public static func thread(_ thread: NotificationThread) -> DeliveryTarget {
-        DeliveryTarget(kind: .runLoop(thread.runLoopReference))
+        DeliveryTarget(kind: .thread(thread))
     }
 
     /// Runs the handler isolated to `actor`.
@@ -101,6 +112,9 @@ public struct DeliveryTarget: Sendable {
             return SerialJobQueue { step in queue.addOperation(step) }
         case .runLoop(let runLoop):
             return SerialJobQueue { step in runLoop.schedule(step) }
+        case .thread(let thread):
+            // Captures the thread: the executor (owned by the observation) is what keeps it alive.
+            return SerialJobQueue { step in thread.schedule(step) }
         case .actor(let actor):
             return SerialJobQueue { step in
                 Task { await runIsolated(to: actor, step) }
@@ -138,18 +152,69 @@ struct QueueExecutor: DeliveryExecutor {
 
 extension SerialJobQueue: DeliveryExecutor {}
 
-/// A run loop used from other threads.
+/// A run loop that other threads hand work to.
 ///
-/// `RunLoop` is not `Sendable` because most of its API belongs to its own thread; the one operation used
-/// here, adding a timer, is thread-safe (CoreFoundation locks the run loop for it) and is also what wakes a
-/// sleeping run loop: `RunLoop.perform` queues a block but does not wake it on Linux.
-struct RunLoopReference: @unchecked Sendable {
-    let runLoop: RunLoop
+/// Work goes in as CoreFoundation blocks (`CFRunLoopPerformBlock`, run in the loop's common modes in the order
+/// given), followed by `CFRunLoopWakeUp` to wake a sleeping loop: the run loop does not run blocks by itself
+/// until something wakes it. Not timers: on Linux a `Timer` made with a block is never freed (swift-corelibs-
+/// foundation retains it on its own behalf), so a timer per job leaked the timer and everything its block held.
+///
+/// `RunLoop` has no public way to its `CFRunLoop`, so the first block for a loop is queued with
+/// `RunLoop.perform(inModes:block:)` and woken by one timer (leaked once); it records the loop's `CFRunLoop`,
+/// and every later job goes through that. The run loop of a ``NotificationThread`` is known from the start.
+final class RunLoopReference: Sendable {
+    // Only `perform(inModes:block:)` and `add(_:forMode:)` are called on it from other threads, both of which
+    // CoreFoundation does under the run loop's lock; the rest of `RunLoop` belongs to its own thread.
+    private let runLoop: UncheckedSendableRunLoop
+    private let handle: NIOLockedValueBox<RunLoopHandle?>
 
-    init(_ runLoop: RunLoop) { self.runLoop = runLoop }
+    init(_ runLoop: RunLoop) {
+        self.runLoop = UncheckedSendableRunLoop(runLoop: runLoop)
+        self.handle = NIOLockedValueBox(nil)
+    }
 
+    /// The run loop of the calling thread.
+    static func current() -> RunLoopReference {
+        let reference = RunLoopReference(RunLoop.current)
+        reference.handle.withLockedValue { $0 = RunLoopHandle(CFRunLoopGetCurrent()) }
+        return reference
+    }
+
+    /// Runs `block` on the run loop's thread, after the blocks scheduled before it, waking the loop if it sleeps.
     func schedule(_ block: @escaping @Sendable () -> Void) {
-        let timer = Timer(timeInterval: 0, repeats: false) { _ in block() }
-        runLoop.add(timer, forMode: .common)
+        if let handle = handle.withLockedValue({ $0 }) {
+            handle.perform(block)
+            return
+        }
+        let handle = self.handle
+        runLoop.runLoop.perform(inModes: [.common]) {
+            handle.withLockedValue { $0 = $0 ?? RunLoopHandle(CFRunLoopGetCurrent()) }
+            block()
+        }
+        // Nothing but a timer can wake the loop before its CFRunLoop is known; this happens until the first
+        // block has run (usually once), not per job.
+        runLoop.runLoop.add(Timer(timeInterval: 0, repeats: false) { _ in }, forMode: .common)
+    }
+
+    /// Makes the run loop return from its current `run` after the blocks scheduled before (from any thread).
+    func stop() {
+        schedule { CFRunLoopStop(CFRunLoopGetCurrent()) }
+    }
+}
+
+/// A `RunLoop` passed between threads for the thread-safe calls ``RunLoopReference`` makes.
+private struct UncheckedSendableRunLoop: @unchecked Sendable {  // see RunLoopReference.runLoop
+    let runLoop: RunLoop
+}
+
+/// A `CFRunLoop` used from other threads only through `CFRunLoopPerformBlock` and `CFRunLoopWakeUp`, which lock it.
+private struct RunLoopHandle: @unchecked Sendable {  // CoreFoundation types are not marked Sendable
+    let runLoop: CFRunLoop
+
+    init(_ runLoop: CFRunLoop) { self.runLoop = runLoop }
+
+    func perform(_ block: @escaping @Sendable () -> Void) {
+        CFRunLoopPerformBlock(runLoop, kCFRunLoopCommonModes, block)
+        CFRunLoopWakeUp(runLoop)
     }
 }

@@ -10,15 +10,19 @@ import NIOConcurrencyHelpers
 /// }
 /// ```
 ///
-/// The thread runs until ``stop()`` is called or the object is released.
+/// The thread runs until ``stop()`` is called or the object is released. An observation that delivers on it
+/// (``DeliveryTarget/thread(_:)``) holds it, so it runs at least as long as the observation.
 public final class NotificationThread: Sendable {
     let runLoopReference: RunLoopReference
     private let thread: ThreadReference
     private let stopped: NIOLockedValueBox<Bool>
+    /// Signalled once the thread has left its run loop (for tests: ``waitUntilFinished(timeout:)``).
+    let finished: DispatchSemaphore
 
     /// Starts the thread and returns once its run loop is ready.
     public init(name: String = "notify.notification-thread") {
         let stopped = NIOLockedValueBox(false)
+        let finished = DispatchSemaphore(value: 0)
         let ready = DispatchSemaphore(value: 0)
         let handoff = NIOLockedValueBox<(RunLoopReference, ThreadReference)?>(nil)
         let thread = Thread {
@@ -27,11 +31,12 @@ public final class NotificationThread: Sendable {
             let runLoop = RunLoop.current
             // A run loop without an input source returns at once: keep one far-future timer in it.
             runLoop.add(Timer(fire: .distantFuture, interval: 0, repeats: false) { _ in }, forMode: .default)
-            handoff.withLockedValue { $0 = (RunLoopReference(runLoop), ThreadReference(Thread.current)) }
+            handoff.withLockedValue { $0 = (RunLoopReference.current(), ThreadReference(Thread.current)) }
             ready.signal()
             while !stopped.withLockedValue({ $0 }) {
                 _ = runLoop.run(mode: .default, before: .distantFuture)
             }
+            finished.signal()
         }
         thread.start()
         ready.wait()
@@ -39,10 +44,23 @@ public final class NotificationThread: Sendable {
         self.runLoopReference = runLoop
         self.thread = reference
         self.stopped = stopped
+        self.finished = finished
     }
 
     deinit {
         stop()
+    }
+
+    /// Waits until the thread has finished (after ``stop()``); `false` if it has not within `timeout` seconds.
+    func waitUntilFinished(timeout: Double) -> Bool {
+        guard finished.wait(timeout: .now() + timeout) == .success else { return false }
+        finished.signal()  // for the next caller
+        return true
+    }
+
+    /// Runs `block` on this thread, after the blocks scheduled before it.
+    func schedule(_ block: @escaping @Sendable () -> Void) {
+        runLoopReference.schedule(block)
     }
 
     /// Whether the caller is running on this thread.
@@ -54,7 +72,9 @@ public final class NotificationThread: Sendable {
             defer { stopped = true }
             return !stopped
         }
-        if wasRunning { runLoopReference.schedule {} }
+        // Running a job does not make `RunLoop.run(mode:before:)` return, so the loop would never see
+        // `stopped` by itself: the last job stops the run loop.
+        if wasRunning { runLoopReference.stop() }
     }
 }
 
