@@ -136,6 +136,8 @@ let package = Package(
             dependencies: [
                 "Notify", "NotifyWire", "NotifyServer",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .testTarget(

@@ -126,6 +126,14 @@ final class CenterCore: Sendable {
         var closingError: ErrorFrame?
         /// The `GOODBYE` the daemon sent on the current connection: it is shutting down gracefully.
         var goodbye: GoodbyeFrame?
+        /// Watches the socket path while there is no connection, to reconnect as soon as a daemon is back
+        /// rather than when the backoff runs out; `nil` while connected (see ``SocketPathWatcher``).
+        var socketWatcher: SocketPathWatcher?
+        /// The next backoff attempt, cancelled when the socket appearing starts one sooner.
+        var reconnectTask: Scheduled<Void>?
+        /// The socket appeared while an attempt was under way: should that attempt fail, the next one starts at
+        /// once (the attempt may have raced the daemon's `listen`/`rename`).
+        var socketAppearedDuringAttempt = false
 
         init(reconnectDelay: Double) { self.reconnectDelay = reconnectDelay }
 
@@ -174,13 +182,15 @@ final class CenterCore: Sendable {
     }
 
     func close() async {
-        let (channel, waiters, pending, streams) = state.withLockedValue { state in
-            if case .closed = state.phase { return (nil as Channel?, [State.ConnectWaiter](), [State.PendingRequest](), [AsyncStream<ConnectionEvent>.Continuation]()) }
+        let (channel, waiters, pending, streams, watcher) = state.withLockedValue { state in
+            if case .closed = state.phase { return (nil as Channel?, [State.ConnectWaiter](), [State.PendingRequest](), [AsyncStream<ConnectionEvent>.Continuation](), nil as SocketPathWatcher?) }
             let channel = state.channel
+            let watcher = state.socketWatcher
+            state.socketWatcher = nil
             state.phase = .closed
             let result = (
                 channel, Array(state.connectWaiters.values), Array(state.pending.values),
-                Array(state.eventContinuations.values)
+                Array(state.eventContinuations.values), watcher
             )
             state.connectWaiters.removeAll()
             state.pending.removeAll()
@@ -191,6 +201,7 @@ final class CenterCore: Sendable {
         Self.fail(pending, with: NotifyError.closed)
         for stream in streams { stream.finish() }
         if let channel { try? await channel.close() }
+        if let watcher { try? await eventLoop.submit { watcher.stop() }.get() }
         try? await group.shutdownGracefully()
     }
 
@@ -207,6 +218,8 @@ final class CenterCore: Sendable {
             switch state.phase {
             case .idle, .waitingToReconnect:
                 state.phase = .connecting
+                state.reconnectTask = nil
+                state.socketAppearedDuringAttempt = false
                 return true
             case .connecting, .handshaking, .connected, .closed:
                 return false
@@ -278,7 +291,7 @@ final class CenterCore: Sendable {
             state.phase = .waitingToReconnect
             let failing = state.connectWaiters.filter { $0.value.failFast || !reconnects }
             for id in failing.keys { state.connectWaiters.removeValue(forKey: id) }
-            return (Array(failing.values), nextDelay(&state))
+            return (Array(failing.values), retryDelay(&state))
         }
         guard let (waiters, delay) = outcome else { return }
         let error = NotifyError.cannotConnect(path: configuration.socketPath, reason: reason)
@@ -287,9 +300,64 @@ final class CenterCore: Sendable {
         scheduleReconnect(after: delay)
     }
 
+    /// Schedules the next attempt, and watches the socket path meanwhile (on the I/O thread).
     private func scheduleReconnect(after delay: Double) {
         guard configuration.reconnect.isEnabled else { return }
-        eventLoop.scheduleTask(in: .nanoseconds(Int64(delay * 1e9))) { self.startConnecting() }
+        let task = eventLoop.scheduleTask(in: .nanoseconds(Int64(delay * 1e9))) { self.startConnecting() }
+        // Stored after scheduling: the task runs on this thread, so it cannot start before this returns.
+        state.withLockedValue { state in
+            if case .waitingToReconnect = state.phase { state.reconnectTask = task }
+        }
+        watchSocketPath()
+    }
+
+    /// Starts watching the socket path unless a watch is already running (on the I/O thread).
+    private func watchSocketPath() {
+        let needed = state.withLockedValue { state in state.socketWatcher == nil && !isClosed(state) }
+        guard needed else { return }
+        guard
+            let watcher = SocketPathWatcher.start(
+                path: configuration.socketPath, on: eventLoop, onAppeared: { [weak self] in self?.socketAppeared() })
+        else {
+            logger.debug("cannot watch the socket path; reconnecting on the backoff alone")
+            return
+        }
+        let kept = state.withLockedValue { state -> Bool in
+            guard !isClosed(state), state.socketWatcher == nil else { return false }
+            state.socketWatcher = watcher
+            return true
+        }
+        if !kept { watcher.stop() }
+    }
+
+    /// The socket was created, moved into place or changed mode (on the I/O thread): connect now rather than
+    /// when the backoff ends.
+    private func socketAppeared() {
+        let (connectNow, backoff) = state.withLockedValue { state -> (Bool, Scheduled<Void>?) in
+            switch state.phase {
+            case .waitingToReconnect:
+                defer { state.reconnectTask = nil }
+                return (true, state.reconnectTask)
+            case .connecting, .handshaking:
+                state.socketAppearedDuringAttempt = true
+                return (false, nil)
+            case .idle, .connected, .closed:
+                return (false, nil)
+            }
+        }
+        backoff?.cancel()
+        guard connectNow else { return }
+        logger.debug("the daemon's socket appeared; connecting")
+        startConnecting()
+    }
+
+    /// The delay before the next attempt: none when the socket appeared during the failed one, else the backoff.
+    private func retryDelay(_ state: inout State) -> Double {
+        if state.socketAppearedDuringAttempt {
+            state.socketAppearedDuringAttempt = false
+            return 0
+        }
+        return nextDelay(&state)
     }
 
     private func nextDelay(_ state: inout State) -> Double {
@@ -336,7 +404,7 @@ final class CenterCore: Sendable {
         Self.fail(outcome.1, with: NotifyError.connectionLost(reason: outcome.2))
         logger.notice("disconnected from notifyd", metadata: ["reason": "\(outcome.2)"])
         emit(.disconnected(reason: outcome.2))
-        scheduleReconnect(after: state.withLockedValue { nextDelay(&$0) })
+        scheduleReconnect(after: state.withLockedValue { retryDelay(&$0) })
     }
 
     /// Waits until the handshake has completed.
@@ -464,18 +532,22 @@ final class CenterCore: Sendable {
     }
 
     private func handleWelcome(_ welcome: ServerFrame.Welcome, on channel: Channel) {
-        let outcome = state.withLockedValue { state -> (restarted: Bool, waiters: [State.ConnectWaiter])? in
+        let outcome = state.withLockedValue { state -> (restarted: Bool, waiters: [State.ConnectWaiter], watcher: SocketPathWatcher?)? in
             guard case .handshaking(let current) = state.phase, current === channel else { return nil }
             state.phase = .connected(channel, welcome)
+            let watcher = state.socketWatcher
+            state.socketWatcher = nil
+            state.socketAppearedDuringAttempt = false
             let restarted = state.lastInstanceID.map { $0 != welcome.instanceID } ?? false
             state.lastInstanceID = welcome.instanceID
             state.reconnectDelay = configuration.reconnect.initialDelay
             state.lastFailure = nil
             let waiters = Array(state.connectWaiters.values)
             state.connectWaiters.removeAll()
-            return (restarted, waiters)
+            return (restarted, waiters, watcher)
         }
         guard let outcome else { return }
+        outcome.watcher?.stop()
         logger.debug(
             "connected to notifyd",
             metadata: ["instance": "\(welcome.instanceID)", "daemonRestarted": "\(outcome.restarted)"])
