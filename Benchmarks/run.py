@@ -525,6 +525,22 @@ class Settings:
         self.stopped_seconds = 0.5 if smoke else (3.0 if full else 1.5)
         self.inproc_posts = 20_000 if smoke else 2_000_000
         self.alloc_iterations = 2_000 if smoke else 50_000
+        # Unthrottled (issue 13): a poster with no window. Counts, not times: a run posts this many notifications
+        # (the issue's cliffs showed at 3,000,000 posts with S = 1 and 300,000 with S = 16), bounded in time.
+        quick = mode == "quick"
+        self.flood_reps = 1 if smoke else (3 if quick else 10)
+        self.flood_sizes = [2] if smoke else [1, 4, 16]
+        self.flood_posts = ({2: 5_000} if smoke else
+                            {1: 1_000_000, 4: 400_000, 16: 120_000} if quick else
+                            {1: 3_000_000, 4: 1_000_000, 16: 300_000})
+        self.flood_policies = ["queue:unbounded", "queue:1000", "coalesce"]
+        self.flood_max_seconds = 3.0 if smoke else (8.0 if quick else 15.0)  # posting
+        self.flood_drain_seconds = 10.0 if smoke else (20.0 if quick else 40.0)  # after the last post
+        self.flood_quiet_seconds = 1.0 if smoke else 2.0  # nothing arrived for this long: the run is over
+        self.flood_stopped_reps = 1 if smoke else (2 if quick else 5)
+        self.flood_stopped_posts = 5_000 if smoke else (400_000 if quick else 1_000_000)
+        self.flood_stopped_readers = 3
+        self.flood_victim_policy = "queue:100000"
 
 
 def window_for(payload: int) -> int:
@@ -592,7 +608,7 @@ def server_delta(system: System, before: float) -> float:
 def run_fanout(ctx: Context, system: System, subscribers: int, payload: int, *, stopped: bool = False,
                window: int | None = None, name: str = "bench.fan", pub_system: System | None = None,
                sub_args: tuple = (), seconds: float | None = None, pub_env: dict | None = None,
-               sub_env: dict | None = None, before_pub=None) -> dict:
+               sub_env: dict | None = None, before_pub=None, posts: int | None = None) -> dict:
     """Fan-out: `subscribers` processes subscribe to one name, one poster posts with flow control. With `stopped`,
     one more subscriber is SIGSTOPped before posting starts and left out of the flow control."""
     s = ctx.settings
@@ -616,7 +632,7 @@ def run_fanout(ctx: Context, system: System, subscribers: int, payload: int, *, 
         poster = pub_system or system
         cpu0 = cpu_seconds(system.pid)
         pub = spawn(poster.client_cmd("pub", "--board", str(board.path), "--subs", str(total), "--name", name,
-                                      "--posts", str(s.max_posts), "--payload", str(payload), "--window", str(window),
+                                      "--posts", str(posts or s.max_posts), "--payload", str(payload), "--window", str(window),
                                       "--max-seconds", str(seconds or s.seconds),
                                       *(["--ignore-slot", str(total - 1)] if stopped else [])), env=pub_env)
         result, err = finish(pub, timeout=(seconds or s.seconds) + 90)
@@ -655,6 +671,220 @@ def run_fanout(ctx: Context, system: System, subscribers: int, payload: int, *, 
             if p in children:
                 finish(p, timeout=10)
         board.close()
+
+
+# ---------------------------------------------------------------- unthrottled (issue 13)
+
+FLOOD_KEEP = ("delivered_per_s", "server_cpu_us_per_delivery", "server_cpu_us_per_note", "delivered", "merged_frames",
+              "merged", "dropped", "unaccounted", "errors", "posted", "expected", "seconds", "posting_seconds",
+              "posts_per_s", "max_lag", "complete", "quiet_end", "drain_cut", "posting_cut", "min_per_subscriber",
+              "max_per_subscriber", "server_cpu_s", "peak_rss_kib", "rss_before_kib", "rss_after_kib")
+
+
+def flood_policy_args(system: System, policy: str | None) -> tuple:
+    """Only notifyd has delivery policies; the relay and Redis do what they do natively."""
+    return ("--policy", policy) if policy and system.server.startswith("notifyd") else ()
+
+
+def run_flood(ctx: Context, system: System, subscribers: int, posts: int, policy: str | None, *, payload: int = 64,
+              victim_policy: str | None = None, name: str = "bench.flood") -> dict:
+    """One unthrottled run: `subscribers` processes read as fast as they can while the flood poster writes with no
+    window. With `victim_policy`, one more subscriber (that policy) is SIGSTOPped before posting starts and left
+    out of the counts. The daemon's CPU time is read from /proc before the poster starts and after it ends."""
+    s = ctx.settings
+    stopped = victim_policy is not None
+    total = subscribers + (1 if stopped else 0)
+    board = Board(ctx.tmp, total, "flood")
+    subs = []
+    try:
+        for k in range(total):
+            pol = victim_policy if (stopped and k == total - 1) else policy
+            subs.append(spawn(system.client_cmd("sub", "--board", str(board.path), "--slot", str(k), "--slots",
+                                                str(total), "--name", name, *flood_policy_args(system, pol))))
+        board.wait_ready(range(total), subs)
+        victim = subs[-1] if stopped else None
+        if victim is not None:
+            os.kill(victim.pid, signal.SIGSTOP)
+        reset_peak_rss(system.pid)
+        rss_before = memory_kib(system.pid).get("VmRSS")
+        cpu0 = cpu_seconds(system.pid)
+        flood = spawn(system.client_cmd("flood", "--board", str(board.path), "--subs", str(total), "--name", name,
+                                        "--posts", str(posts), "--payload", str(payload),
+                                        "--max-seconds", str(s.flood_max_seconds),
+                                        "--drain-seconds", str(s.flood_drain_seconds),
+                                        "--quiet-seconds", str(s.flood_quiet_seconds),
+                                        *flood_policy_args(system, policy),
+                                        *(["--ignore-slot", str(total - 1)] if stopped else [])))
+        result, err = finish(flood, timeout=s.flood_max_seconds + s.flood_drain_seconds + 120)
+        cpu = server_delta(system, cpu0)
+        mem = memory_kib(system.pid)
+        if victim is not None:
+            os.kill(victim.pid, signal.SIGCONT)
+        if result is None:
+            raise RuntimeError(f"flood poster failed: {err[-600:]}")
+        board.stop()
+        sub_results = []
+        for p in subs:
+            r, e = finish(p, timeout=20)
+            sub_results.append(r or {"error": e[-300:]})
+        result["server_cpu_s"] = round(cpu, 4)
+        result["rss_before_kib"] = rss_before
+        result["peak_rss_kib"] = mem.get("VmHWM")
+        result["rss_after_kib"] = mem.get("VmRSS")
+        if result.get("delivered"):
+            result["server_cpu_us_per_delivery"] = round(cpu * 1e6 / result["delivered"], 4)
+            # A NOTIFICATION_MERGED frame delivers 1 + merged_count posts' worth of news.
+            result["server_cpu_us_per_note"] = round(cpu * 1e6 / (result["delivered"] + result.get("merged", 0)), 4)
+        errors = [r.get("error") for r in sub_results[:subscribers] if r.get("error")]
+        if errors:
+            result["subscriber_errors"] = errors[:3]
+        if victim is not None:
+            result["stopped_subscriber"] = sub_results[-1]
+        return result
+    finally:
+        board.stop()
+        for p in subs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        for p in subs:
+            if p in children:
+                finish(p, timeout=10)
+        board.close()
+
+
+def spread(values: list) -> dict | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def summarize_flood(runs: list[dict], **keys) -> dict:
+    ok = [r for r in runs if "error" not in r]
+    entry = dict(keys)
+    entry["runs"] = len(runs)
+    entry["failed_runs"] = len(runs) - len(ok)
+    if len(ok) < len(runs):
+        entry["errors"] = [r["error"][:300] for r in runs if "error" in r][:3]
+    if not ok:
+        entry["error"] = entry.get("errors", ["no run succeeded"])[0]
+        return entry
+    entry["delivered_per_s"] = spread([r.get("delivered_per_s") for r in ok])
+    entry["server_cpu_us_per_delivery"] = spread([r.get("server_cpu_us_per_delivery") for r in ok])
+    entry["server_cpu_us_per_note"] = spread([r.get("server_cpu_us_per_note") for r in ok])
+    for key in ("delivered", "merged_frames", "merged", "dropped", "unaccounted", "posted", "expected", "max_lag",
+                "seconds", "posts_per_s"):
+        values = [r.get(key) for r in ok if r.get(key) is not None]
+        if values:
+            entry[key + "_median"] = statistics.median(values)
+    entry["complete_runs"] = sum(1 for r in ok if r.get("complete"))
+    entry["cut_runs"] = sum(1 for r in ok if r.get("drain_cut") or r.get("posting_cut"))
+    entry["subscriber_error_runs"] = sum(1 for r in ok if r.get("subscriber_errors") or r.get("errors"))
+    sub_errors = [e for r in ok for e in r.get("subscriber_errors", [])]
+    if sub_errors:
+        entry["subscriber_error_sample"] = sub_errors[0][:200]
+    entry["run_list"] = [{k: r.get(k) for k in FLOOD_KEEP if r.get(k) is not None} if "error" not in r
+                         else {"error": r["error"][:300]} for r in runs]
+    return entry
+
+
+def scenario_unthrottled(ctx: Context, systems: list[System], results: dict) -> None:
+    """Issue 13: the poster writes with no window. Per S: notifyd under each policy, the C relay and Redis (their
+    native behaviour), and notifyd with the throttled poster (window 1,000: nothing is held; the direct path's
+    CPU per delivery). Repeated `flood_reps` times, interleaved, so drift hits every configuration alike; the
+    minimum, median and maximum of each configuration are reported: a cliff shows as a minimum far below the
+    median."""
+    s = ctx.settings
+    nd = next((x for x in systems if x.key == "notifyd-c"), None)
+    peers = [x for x in systems if x.key in ("relay", "redis")]
+    configs = []  # (label key, system, policy or None, throttled)
+    for n in s.flood_sizes:
+        if nd is not None:
+            configs.append((n, nd, "direct", True))
+            for policy in s.flood_policies:
+                configs.append((n, nd, policy, False))
+        for peer in peers:
+            configs.append((n, peer, None, False))
+    runs: dict[tuple, list] = {(n, sys_.key, pol): [] for n, sys_, pol, _ in configs}
+    for system in ([nd] if nd else []) + peers:  # fresh instances: nothing left over from earlier scenarios
+        system.restart()
+    for rep in range(s.flood_reps):
+        for n, system, policy, throttled in configs:
+            posts = s.flood_posts[n]
+            log(f"unthrottled S={n} {system.key} {policy or 'native'} (run {rep + 1}/{s.flood_reps})")
+            try:
+                if throttled:
+                    r = run_fanout(ctx, system, n, 64, posts=posts, seconds=s.flood_max_seconds,
+                                   sub_args=("--policy", "queue:unbounded"), name="bench.flood")
+                else:
+                    r = run_flood(ctx, system, n, posts, policy)
+            except Exception as e:  # noqa: BLE001 - one failure must not end the run
+                r = {"error": str(e)[-500:]}
+            if "error" not in r and throttled and r.get("delivered"):
+                r["server_cpu_us_per_note"] = r.get("server_cpu_us_per_delivery")
+            runs[(n, system.key, policy)].append(r)
+    out = []
+    for n, system, policy, throttled in configs:
+        entry = summarize_flood(runs[(n, system.key, policy)], system=system.key, subscribers=n, payload=64,
+                                policy=policy or "native", mode="throttled" if throttled else "unthrottled",
+                                posts=s.flood_posts[n])
+        out.append(entry)
+    results["unthrottled"] = out
+
+
+def scenario_unthrottled_stopped(ctx: Context, systems: list[System], results: dict) -> None:
+    """Issue 13: 3 reading subscribers (queue(unbounded) on notifyd) under the unthrottled poster, with and
+    without one more subscriber (queue(100000) on notifyd) that is SIGSTOPped after subscribing; alternating
+    runs on one fresh instance. The daemon's peak RSS (VmHWM, reset before each run) is recorded."""
+    s = ctx.settings
+    out = []
+    readers = s.flood_stopped_readers
+    for system in systems:
+        if system.key not in ("notifyd-c", "relay", "redis"):
+            continue
+        log(f"unthrottled with a SIGSTOPped subscriber ({readers} + 1 stopped) {system.key}")
+        plain_runs, stopped_runs = [], []
+        try:
+            system.restart()
+            base_rss = memory_kib(system.pid).get("VmRSS")
+            for rep in range(s.flood_stopped_reps):
+                for stopped in (False, True):
+                    try:
+                        r = run_flood(ctx, system, readers, s.flood_stopped_posts, "queue:unbounded",
+                                      victim_policy=s.flood_victim_policy if stopped else None)
+                    except Exception as e:  # noqa: BLE001
+                        r = {"error": str(e)[-500:]}
+                    (stopped_runs if stopped else plain_runs).append(r)
+            entry = {"system": system.key, "readers": readers, "posts": s.flood_stopped_posts,
+                     "victim_policy": s.flood_victim_policy if system.server.startswith("notifyd") else "native",
+                     "reader_policy": "queue:unbounded" if system.server.startswith("notifyd") else "native",
+                     "rss_at_start_kib": base_rss}
+            plain = summarize_flood(plain_runs)
+            stop = summarize_flood(stopped_runs)
+            entry["plain"] = plain
+            entry["stopped"] = stop
+            if plain.get("delivered_per_s") and stop.get("delivered_per_s"):
+                entry["ratio_median"] = stop["delivered_per_s"]["median"] / plain["delivered_per_s"]["median"]
+                pairs = [(a.get("delivered_per_s"), b.get("delivered_per_s")) for a, b in zip(plain_runs, stopped_runs)]
+                entry["ratio_pairs"] = [round(b / a, 3) for a, b in pairs if a and b]
+            peaks = [r.get("peak_rss_kib") for r in stopped_runs if r.get("peak_rss_kib")]
+            if peaks:
+                entry["peak_rss_kib"] = max(peaks)
+                entry["growth_kib"] = max(r["peak_rss_kib"] - r["rss_before_kib"] for r in stopped_runs
+                                          if r.get("peak_rss_kib") and r.get("rss_before_kib"))
+            plain_peaks = [r.get("peak_rss_kib") for r in plain_runs if r.get("peak_rss_kib")]
+            if plain_peaks:
+                entry["plain_peak_rss_kib"] = max(plain_peaks)
+            victims = [r.get("stopped_subscriber") or {} for r in stopped_runs if "error" not in r]
+            if victims:
+                entry["victim_sample"] = victims[-1]
+            out.append(entry)
+        except Exception as e:  # noqa: BLE001
+            out.append({"system": system.key, "error": str(e)[-500:]})
+    results["unthrottled_stopped"] = out
 
 
 def median_run(runs: list[dict], key: str) -> dict:
@@ -1071,6 +1301,7 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
     conns = find(results.get("connections", []), system="notifyd-c")
     add("daemon RSS per idle connection (bytes)", conns.get("bytes_per_connection") if conns else None, 32 * 1024, "lower")
     add("daemon RSS per subscription (bytes)", conns.get("bytes_per_subscription") if conns else None, 256, "lower")
+    targets.extend(issue13_targets(results))
     stopped = find(results.get("stopped", []), system="notifyd-c")
     if stopped:
         add("SIGSTOPped subscriber: others' throughput / the same fan-out without it (adjacent runs)",
@@ -1078,6 +1309,72 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
         add("SIGSTOPped subscriber: others' throughput / scenario 1 (S=4)",
             ratio(stopped.get("delivered_per_s"), rate("notifyd-c", 4)), 0.9, "higher")
     return targets
+
+
+def issue13_targets(results: dict) -> list[dict]:
+    """Issue 13's targets for the unthrottled scenarios (rows marked "issue 13")."""
+    out = []
+    rows = results.get("unthrottled", [])
+    if not rows:
+        return out
+
+    def add(name, value, threshold, better, note=""):
+        met = None if value is None else (value >= threshold if better == "higher" else value <= threshold)
+        out.append({"target": "issue 13 · " + name, "value": None if value is None else round(value, 3),
+                    "wanted": (">= " if better == "higher" else "<= ") + f"{threshold:,}", "threshold": threshold,
+                    "met": met, "note": note})
+
+    def get(system, n, policy):
+        r = find(rows, system=system, subscribers=n, policy=policy)
+        return r if r and r.get("delivered_per_s") else None
+    sizes = sorted({r["subscribers"] for r in rows})
+    policies = [p for p in ("queue:unbounded", "queue:1000", "coalesce")
+                if any(r.get("policy") == p for r in rows)]
+    for n in sizes:
+        for policy in policies:
+            r = get("notifyd-c", n, policy)
+            if r is None:
+                add(f"unthrottled {policy} S={n}: minimum / median throughput", None, 0.5, "higher", "no run succeeded")
+                continue
+            d = r["delivered_per_s"]
+            add(f"unthrottled {policy} S={n}: minimum / median throughput", d["min"] / d["median"], 0.5, "higher",
+                f"min {fmt_rate(d['min'])}, median {fmt_rate(d['median'])}, max {fmt_rate(d['max'])}, {d['n']} runs")
+    for n in sizes:
+        direct = get("notifyd-c", n, "direct")
+        for policy in policies:
+            r = get("notifyd-c", n, policy)
+            a = r and r.get("server_cpu_us_per_note")
+            b = direct and direct.get("server_cpu_us_per_note")
+            value = ratio(a and a["median"], b and b["median"])
+            note = ""
+            if a and b:
+                note = (f"{a['median']:.3f} vs {b['median']:.3f} µs (medians); per frame "
+                        f"{r['server_cpu_us_per_delivery']['median']:.3f}")
+                if r.get("merged_median"):
+                    note += "; merged posts count as delivered"
+            add(f"unthrottled {policy} S={n}: daemon CPU per delivered notification / direct path (throttled)",
+                value, 2.0, "lower", note)
+    for peer, label, threshold in (("relay", "C relay", 1.0), ("redis", "Redis", 5.0)):
+        for n in sizes:
+            p = get(peer, n, "native")
+            for policy in policies:
+                r = get("notifyd-c", n, policy)
+                value = ratio(r and r["delivered_per_s"]["median"], p and p["delivered_per_s"]["median"])
+                note = "" if p else f"{label} not run or failed"
+                if r and p:
+                    note = f"{fmt_rate(r['delivered_per_s']['median'])} vs {fmt_rate(p['delivered_per_s']['median'])}"
+                add(f"unthrottled {policy} S={n}: median throughput / {label} (native)", value, threshold, "higher", note)
+    st = find(results.get("unthrottled_stopped", []), system="notifyd-c")
+    if st:
+        add("unthrottled, SIGSTOPped queue(100000) subscriber: others' median throughput / without it",
+            st.get("ratio_median"), 0.9, "higher",
+            "pairs " + ", ".join(f"{x:.2f}" for x in st.get("ratio_pairs", [])))
+        if st.get("peak_rss_kib"):
+            bound = 16 * 1024 * (st["readers"] + 1)  # 8 MiB pending + 8 MiB held per subscriber connection
+            add("unthrottled, SIGSTOPped subscriber: daemon peak RSS growth (MiB) within 4 x (8 MiB pending + 8 MiB held)",
+                st["growth_kib"] / 1024, bound / 1024, "lower",
+                f"peak RSS (VmHWM) {st['peak_rss_kib'] / 1024:.1f} MiB")
+    return out
 
 
 def fmt_rate(v):
@@ -1235,6 +1532,86 @@ def render_markdown(data: dict) -> str:
             lines.append(f"| {path} | {r['target']} | {fmt_rate(r.get('delivered_per_s')) if 'error' not in r else 'error'} |")
         lines.append("")
 
+    flood = res.get("unthrottled", [])
+    if flood:
+        lines.append("**8 · Unthrottled poster** (issue 13; 64 B, one name; the poster writes with no window; "
+                     "min / median / max over the runs; throughput = notification frames received per second)")
+        lines.append("")
+        lines.append("| S | system | policy | runs | delivered/s min | median | max | min / median | "
+                     "daemon CPU µs per delivered frame (min / median / max) | per notification (frames + merged), median | "
+                     "merged frames / merged posts / dropped (median) | not accounted for (median) | max backlog (median) | complete |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in flood:
+            pol = r.get("policy")
+            pol_text = {"direct": "direct path: throttled poster (window 1,000), queue(unbounded)",
+                        "queue:unbounded": "queue(4294967295)", "queue:1000": "queue(1000)",
+                        "native": "native"}.get(pol, pol)
+            if r.get("error"):
+                lines.append(f"| {r['subscribers']} | {label[r['system']]} | {pol_text} | {r['runs']} | error: {r['error'][:80]} |"
+                             + " |" * 9)
+                continue
+            d, c = r["delivered_per_s"], r.get("server_cpu_us_per_delivery") or {}
+            cn = r.get("server_cpu_us_per_note") or {}
+            ok = r.get("complete_runs", 0)
+            n_ok = r["runs"] - r.get("failed_runs", 0)
+            extra = []
+            if r.get("failed_runs"):
+                extra.append(f"{r['failed_runs']} failed")
+            if r.get("cut_runs"):
+                extra.append(f"{r['cut_runs']} cut at the time bound")
+            if r.get("subscriber_error_runs"):
+                extra.append(f"{r['subscriber_error_runs']} with a subscriber error")
+            lines.append(
+                f"| {r['subscribers']} | {label[r['system']]} | {pol_text} | {r['runs']} | {fmt_rate(d['min'])} | "
+                f"{fmt_rate(d['median'])} | {fmt_rate(d['max'])} | {d['min'] / d['median']:.2f} | "
+                f"{fmt(c.get('min'), 3)} / {fmt(c.get('median'), 3)} / {fmt(c.get('max'), 3)} | {fmt(cn.get('median'), 3)} | "
+                f"{fmt(r.get('merged_frames_median'), 0)} / {fmt(r.get('merged_median'), 0)} / {fmt(r.get('dropped_median'), 0)} | "
+                f"{fmt(r.get('unaccounted_median'), 0)} | {fmt(r.get('max_lag_median'), 0)} | {ok}/{n_ok}"
+                f"{(' (' + ', '.join(extra) + ')') if extra else ''} |")
+        lines.append("")
+        lines.append("Posts per run: " + ", ".join(f"S = {n}: {p:,}" for n, p in sorted(
+            {(r["subscribers"], r["posts"]) for r in flood})) + ". The relay's native behaviour: a subscriber's "
+                     "output is bounded at 8 MiB and newer notifications beyond it are dropped silently (\"not accounted "
+                     "for\"). Redis's: everything is buffered up to `client-output-buffer-limit pubsub 32mb 8mb 60`, "
+                     "then the subscriber is disconnected. notifyd: the policy in the table; what is held is bounded at "
+                     "8 MiB per connection (the oldest is evicted and reported in `OVERFLOW`, counted as dropped). "
+                     "Max backlog: posts not yet received (or reported merged/dropped) by the slowest subscriber, "
+                     "sampled while posting.")
+        lines.append("")
+
+    fstop = res.get("unthrottled_stopped", [])
+    if fstop:
+        lines.append("**9 · A SIGSTOPped subscriber under the unthrottled poster** (3 reading subscribers, notifyd "
+                     "queue(4294967295), + 1 stopped, notifyd queue(100000); alternating runs with and without it on one "
+                     "fresh instance)")
+        lines.append("")
+        lines.append("| system | runs | others' delivered/s with it (median; min–max) | without it (median; min–max) | "
+                     "with / without (medians) | pairs | daemon peak RSS (VmHWM) with it | growth in a run | peak without it | "
+                     "stopped subscriber after SIGCONT |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+        for r in fstop:
+            if r.get("error"):
+                lines.append(f"| {label[r['system']]} | error: {r['error'][:80]} |" + " |" * 8)
+                continue
+            st, pl = r["stopped"], r["plain"]
+            sd, pd = st.get("delivered_per_s"), pl.get("delivered_per_s")
+
+            def cell(d):
+                return "–" if not d else f"{fmt_rate(d['median'])}; {fmt_rate(d['min'])}–{fmt_rate(d['max'])}"
+            victim = r.get("victim_sample") or {}
+            vtext = f"received {victim['received']:,}" if isinstance(victim.get("received"), int) else "?"
+            if victim.get("lost"):
+                vtext += f", {victim['lost']:,} reported merged/dropped"
+            if victim.get("error"):
+                vtext += f", {victim['error'][:60]}"
+            lines.append(
+                f"| {label[r['system']]} | {st['runs']} + {pl['runs']} | {cell(sd)} | {cell(pd)} | "
+                f"{'–' if r.get('ratio_median') is None else format(r['ratio_median'], '.0%')} | "
+                f"{', '.join(f'{x:.2f}' for x in r.get('ratio_pairs', []))} | "
+                f"{fmt((r.get('peak_rss_kib') or 0) / 1024, 1, ' MiB')} | {fmt((r.get('growth_kib') or 0) / 1024, 1, ' MiB')} | "
+                f"{fmt((r.get('plain_peak_rss_kib') or 0) / 1024, 1, ' MiB')} | {vtext} |")
+        lines.append("")
+
     allocs = res.get("allocations")
     if allocs:
         lines.append("**Allocations** (heap allocations counted with `libmalloccount.so`)")
@@ -1319,7 +1696,8 @@ def versions(ctx: Context) -> dict:
 
 # ---------------------------------------------------------------- main
 
-ALL_SCENARIOS = ["fanout", "rtt", "names", "patterns", "stopped", "connections", "inproc", "allocations"]
+ALL_SCENARIOS = ["fanout", "rtt", "names", "patterns", "stopped", "connections", "inproc", "allocations", "unthrottled",
+                 "unthrottled_stopped"]
 
 
 def main() -> int:
@@ -1416,6 +1794,8 @@ def main() -> int:
             "connections": lambda: scenario_connections(ctx, systems, results),
             "inproc": lambda: scenario_inproc(ctx, notifyd, results),
             "allocations": lambda: scenario_allocations(ctx, notifyd, results),
+            "unthrottled": lambda: scenario_unthrottled(ctx, systems, results),
+            "unthrottled_stopped": lambda: scenario_unthrottled_stopped(ctx, systems, results),
         }
         for name in wanted_scenarios:
             refresh()
@@ -1490,11 +1870,21 @@ def smoke_failures(data: dict) -> list[str]:
                 failures.append(f"{who}: not everything was delivered ({r.get('delivered')} of {r.get('expected')})")
             elif key == "connections" and r.get("connections") != r.get("connections_requested"):
                 failures.append(f"{who}: {r.get('connections')} connections")
+    for r in res.get("unthrottled", []) + [x for e in res.get("unthrottled_stopped", []) for x in
+                                          ([e] if e.get("error") else [dict(e["plain"], system=e["system"], policy="plain"),
+                                                                       dict(e["stopped"], system=e["system"], policy="stopped")])]:
+        who = f"unthrottled {r.get('system')} {r.get('policy', '')} S={r.get('subscribers', '')}"
+        if r.get("error") or r.get("failed_runs"):
+            failures.append(f"{who}: {(r.get('error') or (r.get('errors') or [''])[0])[:300]}")
+        elif r.get("complete_runs") != r.get("runs"):
+            failures.append(f"{who}: the end marker did not reach every subscriber")
+        elif r.get("system") == "notifyd-c" and r.get("unaccounted_median"):
+            failures.append(f"{who}: {r['unaccounted_median']} notifications neither delivered nor reported merged/dropped")
     vectors = res.get("protocol_vectors", {})
     if not vectors.get("ok"):
         failures.append(f"protocol vectors: {vectors.get('summary')} {vectors.get('failures', '')[:500]}")
     allocs = res.get("allocations", {})
-    if not allocs.get("micro"):
+    if "allocations" in res and not allocs.get("micro"):
         failures.append(f"allocations: micro-benchmark produced nothing ({allocs.get('micro_error', '')[:200]})")
     if allocs.get("daemon_error"):
         failures.append(f"allocations: {allocs['daemon_error'][:300]}")
