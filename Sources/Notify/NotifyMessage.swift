@@ -23,14 +23,17 @@ public protocol NotifyMessage: Codable, Sendable {
     static var name: String { get }
 }
 
-/// The payload encoding of typed messages (`protocol/PROTOCOL.md` § Typed payloads): UTF-8 JSON, object keys
-/// sorted, dates as ISO 8601 strings, `Data` as Base64.
+/// The payload encoding of typed messages (`protocol/PROTOCOL.md` § 12): UTF-8 JSON, object keys sorted,
+/// dates as ISO 8601 strings in UTC (with the fraction of a second when there is one), `Data` as Base64.
 public enum MessageCoding {
     /// Encodes a message's payload.
     public static func encode<M: Encodable>(_ message: M) throws -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(MessageDate.string(from: date))
+        }
         encoder.dataEncodingStrategy = .base64
         return Array(try encoder.encode(message))
     }
@@ -38,9 +41,68 @@ public enum MessageCoding {
     /// Decodes a message from a payload.
     public static func decode<M: Decodable>(_ type: M.Type, from payload: [UInt8]) throws -> M {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = MessageDate.date(from: text) else {
+                throw DecodingError.dataCorruptedError(
+                    in: container, debugDescription: "Expected date string to be ISO8601-formatted.")
+            }
+            return date
+        }
         decoder.dataDecodingStrategy = .base64
         return try decoder.decode(type, from: Data(payload))
+    }
+}
+
+/// The ISO 8601 form of dates in typed payloads.
+///
+/// A whole second is written as JSONEncoder's `.iso8601` writes it (`2027-01-15T08:00:00Z`), which is what every
+/// earlier version of the library wrote and read; a date with a fraction of a second gets the fewest fraction
+/// digits (at most 9) that decode to the same `Date` (`2027-01-15T08:00:00.25Z`), which `.iso8601` drops.
+enum MessageDate {
+    private static let wholeSeconds = Date.ISO8601FormatStyle()
+
+    static func string(from date: Date) -> String {
+        // Reference-date seconds are what `Date` stores: converting to 1970-based seconds could round.
+        let seconds = date.timeIntervalSinceReferenceDate
+        let whole = seconds.rounded(.down)
+        let text = Date(timeIntervalSinceReferenceDate: whole).formatted(wholeSeconds)
+        guard whole != seconds, whole.isFinite, text.hasSuffix("Z") else { return text }
+        let fraction = seconds - whole
+        var digits = ""
+        for count in 1...9 {
+            let scale = pow(10, Double(count))
+            // Rounding up to a whole second would need the next second's text: take more digits instead.
+            let units = min((fraction * scale).rounded(), scale - 1)
+            digits = String(Int(units))
+            digits = String(repeating: "0", count: count - digits.count) + digits
+            if Self.date(whole: whole, fraction: digits) == date { break }
+        }
+        while digits.hasSuffix("0") { digits.removeLast() }
+        guard !digits.isEmpty else { return text }
+        return String(text.dropLast()) + "." + digits + "Z"
+    }
+
+    /// Parses both forms, with `Z` or an offset; `nil` if `text` is neither.
+    static func date(from text: String) -> Date? {
+        // The fraction, if any, follows the seconds: a "." after the "T" that separates date and time.
+        guard let time = text.firstIndex(where: { $0 == "T" || $0 == "t" }),
+            let dot = text[time...].firstIndex(of: ".")
+        else { return try? wholeSeconds.parse(text) }
+        let afterDot = text.index(after: dot)
+        let end = text[afterDot...].firstIndex { !("0"..."9").contains($0) } ?? text.endIndex
+        let fraction = text[afterDot..<end]
+        guard !fraction.isEmpty, let base = try? wholeSeconds.parse(String(text[..<dot] + text[end...])) else {
+            return nil
+        }
+        return date(whole: base.timeIntervalSinceReferenceDate, fraction: fraction)
+    }
+
+    /// One computation for both directions, so that the digits chosen when encoding decode to the same `Date`.
+    private static func date(whole: Double, fraction: some StringProtocol) -> Date? {
+        guard let value = Double("0." + fraction) else { return nil }
+        return Date(timeIntervalSinceReferenceDate: whole + value)
     }
 }
 
