@@ -135,6 +135,20 @@ public final class NotifyCenter: Sendable {
         try await core.postAcknowledged(name, payload: ByteBuffer(bytes: payload), retain: retain)
     }
 
+    /// Posts a notification whose payload is the array `payload` and waits for the daemon's receipt: the
+    /// counterpart of ``post(_:payload:retain:)-([UInt8])`` (see ``postAndWait(_:payload:retain:)-(_,some Collection<UInt8>,_)``).
+    @discardableResult
+    public func postAndWait(_ name: String, payload: [UInt8], retain: Bool = false) async throws -> PostReceipt {
+        try await core.postAcknowledged(name, payload: ByteBuffer(bytes: payload), retain: retain)
+    }
+
+    /// Posts a notification whose payload is `text` in UTF-8 and waits for the daemon's receipt: the
+    /// counterpart of ``post(_:text:retain:)``.
+    @discardableResult
+    public func postAndWait(_ name: String, text: String, retain: Bool = false) async throws -> PostReceipt {
+        try await core.postAcknowledged(name, payload: ByteBuffer(string: text), retain: retain)
+    }
+
     /// Returns once the daemon has processed everything this center sent before the call: subscriptions made
     /// before it are active, and posts made before it have been queued to every subscriber.
     ///
