@@ -551,8 +551,10 @@ final class CenterCore: Sendable {
         logger.debug(
             "connected to notifyd",
             metadata: ["instance": "\(welcome.instanceID)", "daemonRestarted": "\(outcome.restarted)"])
-        for waiter in outcome.waiters { waiter.continuation.resume() }
+        // The event first: a stream made once `connect()`/`waitUntilConnected()` returned starts after this
+        // connection's event, rather than getting it or not depending on which thread ran first.
         emit(.connected(daemonRestarted: outcome.restarted, instanceID: welcome.instanceID))
+        for waiter in outcome.waiters { waiter.continuation.resume() }
     }
 
     private func handleError(_ error: ErrorFrame) {

@@ -20,7 +20,6 @@ struct ReconnectWatchTests {
         let observation = try center.observe("reconnect.restart", on: .immediate) { received.append($0.payloadString ?? "") }
         try await center.synchronize()
         try await daemon.stop()
-        // The first connection's own event may come first: the connect call returns before it is emitted.
         _ = try await firstEvent(events) { if case .disconnected = $0 { true } else { false } }
         // The attempt made after GOODBYE's short delay fails (no socket): from then on the backoff is an hour.
         try await waitForFailedAttempt(center)
