@@ -69,11 +69,12 @@ final class ClientConnection: ChannelInboundHandler {
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     private(set) var credentials = SenderCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
     private(set) var peer = AccessControl.Peer(uid: UInt32.max, groups: [])
-    /// The command name found when the connection opened (`nil`: unknown, e.g. hidden by the sandbox).
+    /// The command name read when the connection opened (`nil`: unknown yet, or hidden by the sandbox).
     private var command: String?
-    /// Set until the groups and command are known: nothing is served before, since an access decision needs
-    /// the groups.
+    /// Set until the groups are known: nothing is served before, since an access decision needs them.
     private var awaitingIdentity = false
+    /// Reading was switched off while the groups are looked up.
+    private var readingPausedForIdentity = false
     /// The peer closed its side while ``awaitingIdentity``: handled once its frames have been.
     private var inputClosedWhileAwaitingIdentity = false
     private var account: UIDAccount?
@@ -133,11 +134,14 @@ final class ClientConnection: ChannelInboundHandler {
             credentials = peerCredentials
         }
         peer = AccessControl.Peer(uid: credentials.uid, groups: [credentials.gid])
-        // Nothing is read until the lookup is done: the socket's own buffer holds what the client sends meanwhile.
         awaitingIdentity = true
-        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-        router.identities.resolve(credentials) { [self] identity in
-            identityResolved(identity)
+        router.identities.resolve(
+            credentials, groupsFound: { [self] groups in groupsFound(groups) },
+            commandFound: { [self] command in self.command = command })
+        if awaitingIdentity {
+            // Nothing is read until the groups are known: the socket's buffer holds what the client sends.
+            readingPausedForIdentity = true
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         }
         let account = router.account(for: credentials.uid)
         account.connections += 1
@@ -170,11 +174,12 @@ final class ClientConnection: ChannelInboundHandler {
         context.fireChannelInactive()
     }
 
-    /// The connection's groups and command are known: serve the frames that arrived meanwhile.
-    private func identityResolved(_ identity: PeerIdentityResolver.Identity) {
+    /// The connection's groups are known: serve what arrived meanwhile, and read again.
+    private func groupsFound(_ groups: Set<UInt32>) {
         awaitingIdentity = false
-        peer = AccessControl.Peer(uid: credentials.uid, groups: identity.groups)
-        command = identity.command
+        peer = AccessControl.Peer(uid: credentials.uid, groups: groups)
+        guard readingPausedForIdentity else { return }  // found at once: reading never paused
+        readingPausedForIdentity = false
         guard state == .awaitingHello || state == .open else { return }
         serveBufferedFrames()
         if inputClosedWhileAwaitingIdentity { inputClosed() }

@@ -14,14 +14,19 @@ public struct PeerIdentityLookup: Sendable {
     public var groups: @Sendable (_ uid: UInt32, _ gid: UInt32) -> Set<UInt32>
     /// The command name of `pid`, or `nil` when it cannot be read.
     public var command: @Sendable (_ pid: UInt32) -> String?
+    /// How long a user's groups are reused for its next connections (a change of group membership shows
+    /// within this time); zero looks them up for every connection.
+    public var groupCacheSeconds: Double
 
     /// Creates a lookup from two functions (tests inject slow or failing ones).
     public init(
         groups: @escaping @Sendable (_ uid: UInt32, _ gid: UInt32) -> Set<UInt32>,
-        command: @escaping @Sendable (_ pid: UInt32) -> String?
+        command: @escaping @Sendable (_ pid: UInt32) -> String?,
+        groupCacheSeconds: Double = 60
     ) {
         self.groups = groups
         self.command = command
+        self.groupCacheSeconds = groupCacheSeconds
     }
 
     /// The system's own: `getpwuid_r` and `getgrouplist`, and `/proc/PID/comm`.

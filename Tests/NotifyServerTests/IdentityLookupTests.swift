@@ -53,7 +53,7 @@ private final class LookupGate: @unchecked Sendable {  // every field is guarded
 
 @Suite("Identity lookups off the event loop", .timeLimit(.minutes(2)))
 struct IdentityLookupTests {
-    @Test("A client whose group or command lookup hangs delays only itself: the others keep posting and receiving")
+    @Test("A client whose group lookup hangs delays only itself: the others keep posting and receiving")
     func hangingLookupDelaysOnlyItsConnection() async throws {
         let gate = LookupGate()
         let lookup = PeerIdentityLookup(
@@ -61,10 +61,8 @@ struct IdentityLookupTests {
                 gate.pass()
                 return [gid]
             },
-            command: { _ in
-                gate.pass()
-                return "hanging-lookup-test"
-            })
+            command: { _ in "hanging-lookup-test" },
+            groupCacheSeconds: 0)
         try await withServer({ $0.identityLookup = lookup }) { server in
             let subscriber = try await server.connect("subscriber")
             try await subscriber.subscribe("org.example.lookup", subscriptionID: 1, requestID: 1)
@@ -98,6 +96,26 @@ struct IdentityLookupTests {
         try await client.send(.query(requestID: 99, kind: QueryKind.clients.rawValue, argument: ""))
         guard case .queryResult(99, let json) = try await client.next() else { throw TestFailure("expected QUERY_RESULT") }
         return try JSONDecoder().decode([Introspection.Client].self, from: Data(json.readableBytesView))
+    }
+
+    @Test("A user's groups are found once: its next connection is served while a command lookup hangs")
+    func cachedGroupsServeAtOnce() async throws {
+        let gate = LookupGate()
+        let lookup = PeerIdentityLookup(
+            groups: { _, gid in [gid] },
+            command: { _ in
+                gate.pass()
+                return "slow-proc"
+            })
+        try await withServer({ $0.identityLookup = lookup }) { server in
+            let first = try await server.connect("first")
+            gate.close()
+            let second = try await server.connect("second")  // HELLO answered: the groups came from the cache
+            try gate.waitUntilBlocked()
+            #expect(try await Self.clients(of: first).contains { $0.clientName == "second" && $0.command == nil })
+            gate.open()
+            try await second.expectQuiet()
+        }
     }
 
     @Test("The system lookup finds this process's command and its primary group")
