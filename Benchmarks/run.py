@@ -1406,6 +1406,15 @@ def render_markdown(data: dict) -> str:
     lines.append(f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}  ")
     v = meta["versions"]
     lines.append("Versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val) + "  ")
+    load = meta.get("load")
+    if load:
+        b = load["load_before"]
+        text = f"Load: {b[0]:.2f} / {b[1]:.2f} / {b[2]:.2f} (1 / 5 / 15 min) before the scenarios"
+        if load.get("competing_before"):
+            text += f" with {', '.join(load['competing_before'])} running"
+        text += (f"; other builds seen in {load['samples_with_competing_builds']} of {load['samples']} samples during the run"
+                 + (f" ({', '.join(load['competing_seen'])})" if load.get("competing_seen") else ""))
+        lines.append(text + "  ")
     skipped = [f"{label[k]} ({systems[k]['reason']})" for k in systems if not systems[k]["available"]]
     if skipped:
         lines.append("Skipped: " + "; ".join(skipped) + "  ")
@@ -1663,6 +1672,60 @@ def update_benchmarks_md(markdown: str) -> None:
     doc.write_text(f"{head}{begin}\n{markdown}\n{end}{tail}")
 
 
+COMPETITORS = ("swift-build", "swift-frontend", "swiftc", "swift-driver", "cc1", "cc1plus", "ld", "ld.gold", "ld.lld")
+
+
+def competing_processes() -> list[str]:
+    """Compilers and builds running on the machine (not this run's children), for the record of a run's quiet."""
+    mine = {p.pid for p in children} | {os.getpid()}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm in COMPETITORS:
+            found.append(comm)
+    return found
+
+
+class LoadWatch:
+    """Samples the 1-minute load average and competing builds every few seconds while the scenarios run (bounded
+    by the run itself; a daemon thread that stops with it). The benchmark itself loads both cores, so the load
+    before the first scenario is the figure that says how quiet the machine was; a compiler seen during the run
+    means the numbers were measured beside it."""
+
+    def __init__(self, period: float = 5.0):
+        self.period = period
+        self.samples: list[tuple[float, float, int]] = []
+        self.names: set[str] = set()
+        self.before = os.getloadavg()
+        self.before_competing = competing_processes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = time.time()
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            found = competing_processes()
+            self.names.update(found)
+            self.samples.append((round(time.time() - self._started, 1), round(os.getloadavg()[0], 2), len(found)))
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=self.period + 5)
+        busy = [t for t, _, n in self.samples if n]
+        return {"load_before": [round(x, 2) for x in self.before],
+                "competing_before": sorted(set(self.before_competing)),
+                "load_max": max((l for _, l, _ in self.samples), default=None),
+                "samples": len(self.samples), "samples_with_competing_builds": len(busy),
+                "competing_seen": sorted(self.names)}
+
+
 def machine_info() -> dict:
     cpu = platform.processor() or "unknown"
     try:
@@ -1797,10 +1860,14 @@ def main() -> int:
             "unthrottled": lambda: scenario_unthrottled(ctx, systems, results),
             "unthrottled_stopped": lambda: scenario_unthrottled_stopped(ctx, systems, results),
         }
+        watch = LoadWatch()
+        log(f"load average before the scenarios: {watch.before[0]:.2f} {watch.before[1]:.2f} {watch.before[2]:.2f}"
+            + (f"; builds running: {', '.join(sorted(set(watch.before_competing)))}" if watch.before_competing else ""))
         for name in wanted_scenarios:
             refresh()
             plan[name]()
             refresh()
+        load = watch.stop()
         if args.profile and notifyd is not None:
             refresh()
             scenario_profile(ctx, notifyd, results)
@@ -1827,6 +1894,7 @@ def main() -> int:
             "machine": machine_info(),
             "versions": versions(ctx),
             "settings": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(ctx.settings).items()},
+            "load": load,
         },
         "systems": availability,
         "results": results,
