@@ -150,6 +150,14 @@ public final class NotifyServer: Service, Sendable {
         try? await router.eventLoop.submit { router.value.updateAccess(access) }.get()
     }
 
+    /// Records that a configuration reload is over: `error` says why it failed, `nil` that it applied (call
+    /// ``updateAccess(_:)`` first). The `status` answer counts reloads, so a client that signalled one can
+    /// wait for it.
+    public func noteReload(error: String?) async {
+        guard let router = router.withLockedValue({ $0 }) else { return }
+        try? await router.eventLoop.submit { router.value.noteReload(error: error) }.get()
+    }
+
     /// The answer to a `status` query, or `nil` when the server is not running.
     public func status() async -> Introspection.Status? {
         guard let router = router.withLockedValue({ $0 }) else { return nil }

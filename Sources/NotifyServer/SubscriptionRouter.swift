@@ -433,7 +433,18 @@ final class SubscriptionRouter {
             postsPerSecond: postsPerSecond, deliveriesPerSecond: deliveriesPerSecond, merged: statistics.merged,
             dropped: statistics.dropped, slowConsumerDisconnects: statistics.slowConsumerDisconnects,
             residentMemoryBytes: residentMemoryBytes, outboundBytes: clients.reduce(0) { $0 + $1.pendingOutboundBytes },
-            heldBytes: clients.reduce(0) { $0 + $1.heldBytes })
+            heldBytes: clients.reduce(0) { $0 + $1.heldBytes }, configurationReloads: configurationReloads,
+            lastReloadError: lastReloadError)
+    }
+
+    /// Reloads handled so far and why the last one failed, for `notifyctl reload` to wait on.
+    private(set) var configurationReloads: UInt64 = 0
+    private(set) var lastReloadError: String?
+
+    /// Counts a reload once its outcome is in force (the new rules applied, or the old ones kept).
+    func noteReload(error: String?) {
+        configurationReloads += 1
+        lastReloadError = error
     }
 
     /// Names that `peer` may observe, optionally only those matching `pattern`.

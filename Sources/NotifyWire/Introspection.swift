@@ -26,6 +26,11 @@ public enum Introspection {
         public var residentMemoryBytes: UInt64
         public var outboundBytes: Int
         public var heldBytes: Int
+        /// Configuration reloads (SIGHUP) handled since the start, whether they applied a file or failed; `nil`
+        /// from a daemon that does not report them.
+        public var configurationReloads: UInt64?
+        /// Why the last reload failed (the file kept its previous rules); `nil` when it succeeded.
+        public var lastReloadError: String?
 
         enum CodingKeys: String, CodingKey {
             case version = "version"
@@ -48,6 +53,8 @@ public enum Introspection {
             case residentMemoryBytes = "resident_memory_bytes"
             case outboundBytes = "outbound_bytes"
             case heldBytes = "held_bytes"
+            case configurationReloads = "configuration_reloads"
+            case lastReloadError = "last_reload_error"
         }
 
         public init(
@@ -55,8 +62,10 @@ public enum Introspection {
             subscriptions: Int, subscribedNames: Int, patterns: Int, stateNames: Int, retainedNames: Int,
             posts: UInt64, deliveries: UInt64, postsPerSecond: Double, deliveriesPerSecond: Double, merged: UInt64,
             dropped: UInt64, slowConsumerDisconnects: UInt64, residentMemoryBytes: UInt64, outboundBytes: Int,
-            heldBytes: Int
+            heldBytes: Int, configurationReloads: UInt64? = nil, lastReloadError: String? = nil
         ) {
+            self.configurationReloads = configurationReloads
+            self.lastReloadError = lastReloadError
             self.version = version
             self.instanceID = instanceID
             self.pid = pid

@@ -43,17 +43,20 @@ struct ConfigurationReloader: Service, CustomStringConvertible {
         do throws(ConfigurationError) {
             if let configuration = try source.load() {
                 await server.updateAccess(configuration)
+                await server.noteReload(error: nil)
                 logger.notice(
                     "configuration reloaded",
                     metadata: ["config": "\(source)", "rules": "\(configuration.rules.count)"])
                 _ = try? notifier.send("READY=1\nSTATUS=configuration reloaded")
             } else {
                 await server.updateAccess(AccessConfiguration())
+                await server.noteReload(error: nil)
                 logger.notice("configuration reloaded: no configuration file, the defaults apply",
                     metadata: ["config": "\(source)"])
                 _ = try? notifier.send("READY=1\nSTATUS=configuration reloaded (no file: defaults)")
             }
         } catch {
+            await server.noteReload(error: error.description)
             logger.error("configuration not reloaded, keeping the previous one", metadata: ["error": "\(error)"])
             _ = try? notifier.send("READY=1\nSTATUS=configuration reload failed: \(error.description)")
         }

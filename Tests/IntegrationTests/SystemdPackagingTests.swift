@@ -10,7 +10,8 @@ extension Integration {
     /// The unit files and `make install`, checked with `systemd-analyze` (it works without a running systemd).
     @Suite("systemd units and make install")
     struct SystemdPackagingTests {
-        /// Copies `units` from `source` to a new directory under `scope`, pointing `ExecStart=` at `binary`.
+        /// Copies `units` from `source` to a new directory under `scope`, pointing `ExecStart=` at `binary` and
+        /// `ExecReload=` at the `notifyctl` beside it.
         ///
         /// `systemd-analyze verify` insists that the `ExecStart=` program exists, and the units name its installed
         /// path (`/usr/local/bin/notifyd`, rewritten by `make install`), which the build machine does not have.
@@ -25,6 +26,11 @@ extension Integration {
             for unit in units {
                 var text = try String(contentsOf: source.appendingPathComponent(unit), encoding: .utf8)
                 text = text.replacingOccurrences(of: "ExecStart=" + execStartPrefix, with: "ExecStart=" + binary.path)
+                // ExecReload= runs the notifyctl installed beside notifyd.
+                let installedDirectory = URL(fileURLWithPath: execStartPrefix).deletingLastPathComponent().path
+                text = text.replacingOccurrences(
+                    of: "ExecReload=" + installedDirectory + "/notifyctl",
+                    with: "ExecReload=" + binary.deletingLastPathComponent().appendingPathComponent("notifyctl").path)
                 let path = directory + "/" + unit
                 try text.write(toFile: path, atomically: true, encoding: .utf8)
                 paths.append(path)
@@ -123,7 +129,10 @@ extension Integration {
                     #expect(
                         service.contains("\nExecStart=/usr/bin/notifyd --socket \(socketPath)"),
                         "\(directory) unit: ExecStart= should name /usr/bin/notifyd")
-                    #expect(!service.contains("/usr/local/bin/notifyd"), "\(directory) unit still names /usr/local")
+                    #expect(
+                        service.contains("\nExecReload=/usr/bin/notifyctl --socket \(socketPath) reload"),
+                        "\(directory) unit: ExecReload= should name /usr/bin/notifyctl")
+                    #expect(!service.contains("/usr/local/bin/"), "\(directory) unit still names /usr/local")
                     let socket = try String(
                         contentsOf: unitDirectory.appendingPathComponent("notifyd.socket"), encoding: .utf8)
                     #expect(socket.contains("ListenStream=\(socketPath)"))

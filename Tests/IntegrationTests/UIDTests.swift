@@ -291,6 +291,48 @@ extension Integration {
             }
         }
 
+        @Test("notifyctl reload returns once the file is applied, and fails with the reason when it does not parse")
+        func synchronousReload() async throws {
+            try await withIntegrationScope { scope in
+                let config = scope.directory + "/notifyd.conf"
+                try "reserve org.example.first.> owner=root group=root post=owner observe=all\n"
+                    .write(toFile: config, atomically: true, encoding: .utf8)
+                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666", "--config", config])
+                defer { daemon.send(SIGKILL) }
+                let socket = ["--socket", scope.socketPath]
+                let postAsNobody = { (name: String) in
+                    try await scope.runAs(uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", name] + socket)
+                }
+                #expect(try await postAsNobody("org.example.second.x").termination == .exited(0))
+
+                // Once reload has returned, the new rule is in force: no waiting for the log.
+                try "reserve org.example.second.> owner=root group=root post=owner observe=all\n"
+                    .write(toFile: config, atomically: true, encoding: .utf8)
+                let reload = try await scope.run(.notifyctl, ["reload"] + socket)
+                #expect(reload.termination == .exited(0), "\(reload.diagnostics)")
+                let refused = try await postAsNobody("org.example.second.x")
+                #expect(refused.termination == .exited(1), "the reloaded rule applies at once\n\(refused.diagnostics)")
+                #expect(try await postAsNobody("org.example.first.x").termination == .exited(0))
+
+                // A file that does not parse: reload fails with the daemon's reason; the rules in force stay.
+                try "reserve org.example.second.> post=sometimes\n".write(toFile: config, atomically: true, encoding: .utf8)
+                let failed = try await scope.run(.notifyctl, ["reload"] + socket)
+                #expect(failed.termination == .exited(1), "\(failed.diagnostics)")
+                #expect(
+                    failed.stderrText.contains("configuration not reloaded, the previous rules stay: \(config):1:"),
+                    "\(failed.diagnostics)")
+                #expect(daemon.isRunning)
+                #expect(try await postAsNobody("org.example.second.x").termination == .exited(1))
+
+                // Signalling the daemon takes root or its own user.
+                let byNobody = try await scope.runAs(
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["reload"] + socket)
+                #expect(byNobody.termination == .exited(1), "\(byNobody.diagnostics)")
+                #expect(byNobody.stderrText.contains("cannot signal notifyd"), "\(byNobody.diagnostics)")
+                try await scope.stopIssue4Daemon(daemon)
+            }
+        }
+
         @Test("--config: notifyd still stops cleanly on SIGTERM")
         func configurationShutdown() async throws {
             try await withIntegrationScope { scope in
