@@ -47,13 +47,18 @@ public struct AccessConfiguration: Sendable, Hashable {
         /// The labels the rule covers: the name itself and every name below it (`org.example` covers
         /// `org.example` and `org.example.x`, not `org.examples`).
         public var prefix: String
+        /// The user `owner` permissions name.
         public var ownerUID: UInt32
+        /// The group `group` permissions name.
         public var groupGID: UInt32
+        /// Who may post (and set state) under the prefix.
         public var post: Permission
+        /// Who may subscribe to and list names under the prefix.
         public var observe: Permission
         /// Where it was written, for error messages (`file:line`).
         public var source: String
 
+        /// Creates a rule.
         public init(
             prefix: String, ownerUID: UInt32, groupGID: UInt32, post: Permission, observe: Permission, source: String
         ) {
@@ -79,6 +84,7 @@ public struct AccessConfiguration: Sendable, Hashable {
             return rest.isEmpty || rest.first == UInt8(ascii: ".")
         }
 
+        /// How this reads in logs and error messages.
         public var description: String {
             "reserve \(prefix) owner=\(ownerUID) group=\(groupGID) post=\(post.rawValue) observe=\(observe.rawValue) (\(source))"
         }
@@ -86,13 +92,18 @@ public struct AccessConfiguration: Sendable, Hashable {
 
     /// Per-uid limits, so one user cannot exhaust the daemon for another. Root is not limited.
     public struct Quotas: Sendable, Hashable {
+        /// Open connections of one user.
         public var connectionsPerUID = 256
+        /// Subscriptions of all of one user's connections.
         public var subscriptionsPerUID = 65_536
         /// Bytes queued or held for all of a user's connections together.
         public var outboundBytesPerUID = 64 * 1024 * 1024
+        /// Payload bytes of the retained notifications one user posted.
         public var retainedBytesPerUID = 16 * 1024 * 1024
+        /// Names whose state value one user set.
         public var stateNamesPerUID = 10_000
 
+        /// The default quotas.
         public init() {}
     }
 
@@ -192,8 +203,10 @@ public struct AccessConfiguration: Sendable, Hashable {
 public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvertible {
     /// `file:line`.
     public var location: String
+    /// What is wrong there.
     public var message: String
 
+    /// How this reads in logs and error messages.
     public var description: String { "\(location): \(message)" }
 }
 

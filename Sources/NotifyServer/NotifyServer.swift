@@ -232,6 +232,7 @@ public enum ServerError: Error, CustomStringConvertible {
     /// The configuration contradicts itself or the protocol.
     case invalidConfiguration(String)
 
+    /// How this reads in logs and error messages.
     public var description: String {
         switch self {
         case .alreadyRunning(let path):

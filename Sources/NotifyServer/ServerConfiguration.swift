@@ -58,6 +58,7 @@ public enum ListenAddress: Sendable, Hashable, CustomStringConvertible {
     /// any, is not the server's to remove.
     case inheritedDescriptor(Int32, path: String?)
 
+    /// How this reads in logs and error messages.
     public var description: String {
         switch self {
         case .path(let path): path

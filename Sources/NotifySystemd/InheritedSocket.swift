@@ -19,6 +19,7 @@ public struct InheritedSocket: Sendable, Hashable, CustomStringConvertible {
         self.isListeningUnixStream = isListeningUnixStream
     }
 
+    /// How this reads in logs and error messages.
     public var description: String {
         "fd \(descriptor) '\(name)'" + (path.map { " at \($0)" } ?? "")
             + (isListeningUnixStream ? "" : " (not a listening Unix stream socket)")

@@ -29,5 +29,6 @@ public struct JournalField: Sendable, Hashable, CustomStringConvertible {
     /// `NAME=value`, the bytes of one `iovec` for `sd_journal_sendv`.
     public var assignment: [UInt8] { Array(name.utf8) + [UInt8(ascii: "=")] + value }
 
+    /// How this reads in logs and error messages.
     public var description: String { "\(name)=\(text)" }
 }

@@ -15,6 +15,7 @@ public enum SystemdError: Error, Sendable, Hashable, CustomStringConvertible {
     /// `sd_watchdog_enabled` failed with this errno (malformed `WATCHDOG_USEC`/`WATCHDOG_PID`).
     case watchdogConfigurationInvalid(errno: Int32)
 
+    /// How this reads in logs and error messages.
     public var description: String {
         switch self {
         case .notifyFailed(let code):

@@ -124,7 +124,9 @@ public enum ClientFrame: Sendable, Hashable {
 
 /// Options of a `POST` (the `flags` byte).
 public struct PostFlags: OptionSet, Sendable, Hashable {
+    /// The flag bits as sent on the wire.
     public let rawValue: UInt8
+    /// Flags from their wire bits.
     public init(rawValue: UInt8) { self.rawValue = rawValue }
 
     /// Ask for a `POSTED` reply carrying the number of connections the notification was delivered to.
@@ -140,7 +142,9 @@ public struct PostFlags: OptionSet, Sendable, Hashable {
 
 /// Options of a `SUBSCRIBE` (the `flags` byte).
 public struct SubscribeFlags: OptionSet, Sendable, Hashable {
+    /// The flag bits as sent on the wire.
     public let rawValue: UInt8
+    /// Flags from their wire bits.
     public init(rawValue: UInt8) { self.rawValue = rawValue }
 
     /// Before the `OK`, send the retained notification of every name the pattern matches, as `RETAINED`
@@ -188,6 +192,7 @@ extension ClientFrame.Post {
 }
 
 extension ClientFrame: WireFrameEncodable {
+    /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
     public func encode(into buffer: inout ByteBuffer) {
         if case .post(let post) = self {
             post.payload.withUnsafeReadableBytes { payload in
@@ -232,6 +237,7 @@ extension ClientFrame: WireFrameEncodable {
 }
 
 extension ClientFrame: WireFrameDecodable {
+    /// Decodes a frame from its type byte and the fields after it; throws on anything malformed.
     public static func decode(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ClientFrame {
         guard let messageType = MessageType(rawValue: type), messageType.isClientToDaemon else {
             throw WireDecodingError.unknownMessageType(type)

@@ -45,6 +45,7 @@ public enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// How this reads in logs and error messages.
     public var description: String {
         switch self {
         case .coalesce: "coalesce"

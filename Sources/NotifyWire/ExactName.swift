@@ -19,6 +19,7 @@ public struct ExactName: Hashable, Sendable, CustomStringConvertible {
         self.string = string
     }
 
+    /// Whether the two have the same bytes.
     public static func == (lhs: ExactName, rhs: ExactName) -> Bool {
         // Routing compares every post's name with its table entry: compare lengths, then memory, rather than
         // stepping through two `UTF8View`s (native strings are contiguous; the loop is only a fallback).
@@ -31,11 +32,13 @@ public struct ExactName: Hashable, Sendable, CustomStringConvertible {
         return lhs.string.utf8.elementsEqual(rhs.string.utf8)
     }
 
+    /// Hashes the bytes, consistently with `==`.
     public func hash(into hasher: inout Hasher) {
         var string = string
         string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
     }
 
+    /// How this reads in logs and error messages.
     public var description: String { string }
 }
 

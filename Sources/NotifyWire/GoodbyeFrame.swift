@@ -18,6 +18,7 @@ public struct GoodbyeFrame: Sendable, Hashable, CustomStringConvertible {
         self.reason = reason.truncatedUTF8(maxBytes: Self.maxReasonLength)
     }
 
+    /// How this reads in logs and error messages.
     public var description: String {
         "goodbye: \(reason) (reconnect after \(reconnectAfterMilliseconds) ms)"
     }

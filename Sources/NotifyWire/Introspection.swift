@@ -2,20 +2,33 @@
 public enum Introspection {
     /// Answer to `QUERY status`.
     public struct Status: Codable, Sendable, Hashable {
+        /// The daemon's version, e.g. `0.1.0`.
         public var version: String
+        /// This run of the daemon, as 32 lowercase hex digits (the `instance_id` of `WELCOME`).
         public var instanceID: String
+        /// The daemon's process id.
         public var pid: UInt32
+        /// Seconds since the daemon started.
         public var uptimeSeconds: Double
+        /// Open connections.
         public var connections: Int
+        /// Subscriptions of all connections.
         public var subscriptions: Int
         /// Names with at least one exact subscriber.
         public var subscribedNames: Int
+        /// Pattern subscriptions, counted once per connection and pattern text.
         public var patterns: Int
+        /// Names with a state value.
         public var stateNames: Int
+        /// Names with a retained notification.
         public var retainedNames: Int
+        /// Posts accepted since the start (the last sequence number).
         public var posts: UInt64
+        /// Notifications queued or held for connections since the start.
         public var deliveries: UInt64
+        /// Posts per second over the last few seconds.
         public var postsPerSecond: Double
+        /// Deliveries per second over the last few seconds.
         public var deliveriesPerSecond: Double
         /// Notifications merged into later ones under the `coalesce` policy.
         public var merged: UInt64
@@ -23,8 +36,11 @@ public enum Introspection {
         public var dropped: UInt64
         /// Connections closed under the `disconnect` policy.
         public var slowConsumerDisconnects: UInt64
+        /// The daemon's resident set size, sampled each second (0 if unknown).
         public var residentMemoryBytes: UInt64
+        /// Bytes queued for all connections and not yet written.
         public var outboundBytes: Int
+        /// Bytes of the notifications held for slow or suspended connections.
         public var heldBytes: Int
         /// Configuration reloads (SIGHUP) handled since the start, whether they applied a file or failed; `nil`
         /// from a daemon that does not report them.
@@ -57,6 +73,7 @@ public enum Introspection {
             case lastReloadError = "last_reload_error"
         }
 
+        /// Creates an answer from its figures.
         public init(
             version: String, instanceID: String, pid: UInt32, uptimeSeconds: Double, connections: Int,
             subscriptions: Int, subscribedNames: Int, patterns: Int, stateNames: Int, retainedNames: Int,
@@ -91,10 +108,13 @@ public enum Introspection {
 
     /// One entry of the answer to `QUERY names`.
     public struct Name: Codable, Sendable, Hashable {
+        /// The name.
         public var name: String
         /// Connections subscribed to exactly this name.
         public var subscribers: Int
+        /// The name's state value, if one is set.
         public var state: UInt64?
+        /// Whether the name has a retained notification (its current value).
         public var hasRetained: Bool
 
         enum CodingKeys: String, CodingKey {
@@ -104,6 +124,7 @@ public enum Introspection {
             case hasRetained = "has_retained"
         }
 
+        /// Creates an entry.
         public init(name: String, subscribers: Int, state: UInt64?, hasRetained: Bool) {
             self.name = name
             self.subscribers = subscribers
@@ -114,18 +135,29 @@ public enum Introspection {
 
     /// One entry of the answer to `QUERY clients`.
     public struct Client: Codable, Sendable, Hashable {
+        /// The connection's number, in the order the daemon accepted connections.
         public var connection: UInt64
+        /// The client's process id, as the kernel reported it when it connected (0: another pid namespace).
         public var pid: UInt32
+        /// The client's user id.
         public var uid: UInt32
+        /// The client's primary group id.
         public var gid: UInt32
         /// The process's command name (`/proc/PID/comm`), when readable.
         public var command: String?
+        /// The name the client gave in `HELLO` (the library sends the program's name by default).
         public var clientName: String
+        /// The connection's subscriptions.
         public var subscriptions: Int
+        /// Bytes queued for the client and not yet written to its socket.
         public var pendingBytes: Int
+        /// Bytes of the notifications held for the client (it reads slowly, or is suspended).
         public var heldBytes: Int
+        /// Whether the client has suspended its deliveries.
         public var suspended: Bool
+        /// Notifications merged into later ones for this client under `coalesce`.
         public var merged: UInt64
+        /// Notifications dropped for this client under `queue` or evicted by the bounds on held notifications.
         public var dropped: UInt64
 
         enum CodingKeys: String, CodingKey {
@@ -143,6 +175,7 @@ public enum Introspection {
             case dropped = "dropped"
         }
 
+        /// Creates an entry.
         public init(
             connection: UInt64, pid: UInt32, uid: UInt32, gid: UInt32, command: String?, clientName: String,
             subscriptions: Int, pendingBytes: Int, heldBytes: Int, suspended: Bool, merged: UInt64, dropped: UInt64

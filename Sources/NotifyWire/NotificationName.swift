@@ -103,6 +103,7 @@ public enum NameError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A pattern uses `>` somewhere other than as its last label.
     case misplacedRest(pattern: String)
 
+    /// How this reads in logs and error messages.
     public var description: String {
         switch self {
         case .empty:

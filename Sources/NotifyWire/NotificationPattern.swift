@@ -88,6 +88,7 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
         return parts.joined(separator: ".")
     }
 
+    /// How this reads in logs and error messages.
     public var description: String { text }
 
     /// The labels of a name or pattern: split at every `.` scalar, as the name grammar and the daemon's pattern

@@ -15,5 +15,6 @@ public struct SenderCredentials: Sendable, Hashable, CustomStringConvertible {
         self.gid = gid
     }
 
+    /// How this reads in logs and error messages.
     public var description: String { "pid \(pid) uid \(uid) gid \(gid)" }
 }

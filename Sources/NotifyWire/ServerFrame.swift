@@ -124,6 +124,7 @@ public struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
     /// The longest message the daemon sends, in UTF-8 bytes.
     public static let maxMessageLength = 1_024
 
+    /// How this reads in logs and error messages.
     public var description: String {
         let name = code.map(String.init(describing:)) ?? "error-\(rawCode)"
         return "\(name): \(message)"
@@ -131,6 +132,7 @@ public struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
 }
 
 extension ServerFrame: WireFrameEncodable {
+    /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
     public func encode(into buffer: inout ByteBuffer) {
         buffer.writeWireFrame(messageType) { buffer in
             switch self {
@@ -227,6 +229,7 @@ extension NotificationFrame {
 }
 
 extension ServerFrame: WireFrameDecodable {
+    /// Decodes a frame from its type byte and the fields after it; throws on anything malformed.
     public static func decode(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ServerFrame {
         guard let messageType = MessageType(rawValue: type), !messageType.isClientToDaemon else {
             throw WireDecodingError.unknownMessageType(type)

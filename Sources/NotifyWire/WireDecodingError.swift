@@ -24,6 +24,7 @@ public enum WireDecodingError: Error, Sendable, Hashable, CustomStringConvertibl
         }
     }
 
+    /// How this reads in logs and error messages.
     public var description: String {
         switch self {
         case .frameTooLarge(let length, let limit):
