@@ -15,6 +15,7 @@ enum SocketFile {
             throw ServerError.socketSetupFailed(path: path, reason: "the path is longer than the 107 bytes a Unix socket address holds")
         }
         try createDirectories(for: path, mode: directoryMode)
+        try checkDirectoryIsTrusted(for: path)
         var info = stat()
         guard lstat(path, &info) == 0 else { return }  // nothing there
         guard info.st_mode & S_IFMT == S_IFSOCK else {
@@ -46,6 +47,34 @@ enum SocketFile {
             throw ServerError.socketSetupFailed(path: path, reason: "cannot create a directory to bind in: \(errnoDescription())")
         }
         return created
+    }
+
+    /// Refuses a socket directory another user could have prepared to receive this daemon's clients: it must be
+    /// a real directory (not a symbolic link), owned by this user or root, and writable by no one else unless
+    /// it is sticky and root's (as `/tmp` is). ssh-agent, tmux and systemd check the same before trusting one.
+    static func checkDirectoryIsTrusted(for path: String) throws {
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
+        var info = stat()
+        guard lstat(directory, &info) == 0 else {
+            throw ServerError.socketSetupFailed(path: path, reason: "cannot inspect \(directory): \(errnoDescription())")
+        }
+        let refuse = { (why: String) in
+            ServerError.socketSetupFailed(
+                path: path,
+                reason: "\(directory) \(why): another user could receive your clients' notifications there; "
+                    + "remove it, or choose another --socket")
+        }
+        if info.st_mode & S_IFMT == S_IFLNK { throw refuse("is a symbolic link") }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw refuse("is not a directory") }
+        let me = geteuid()
+        guard info.st_uid == me || info.st_uid == 0 else {
+            throw refuse("belongs to uid \(info.st_uid), not to you (uid \(me))")
+        }
+        let writableByOthers = info.st_mode & (S_IWGRP | S_IWOTH) != 0
+        let isStickyRootDirectory = info.st_mode & S_ISVTX != 0 && info.st_uid == 0
+        if writableByOthers && !isStickyRootDirectory {
+            throw refuse("can be written by other users (mode \(String(info.st_mode & 0o7777, radix: 8)))")
+        }
     }
 
     private static func createDirectories(for path: String, mode: mode_t) throws {
