@@ -247,6 +247,11 @@ final class CenterCore: Sendable {
     }
 
     private func channelConnected(_ channel: Channel) {
+        if let refusal = untrustedDaemon(at: channel) {
+            channel.close(promise: nil)
+            connectFailed(refusal.description, error: refusal)
+            return
+        }
         let accepted = state.withLockedValue { state -> Bool in
             guard case .connecting = state.phase else { return false }
             state.phase = .handshaking(channel)
@@ -283,7 +288,16 @@ final class CenterCore: Sendable {
         }
     }
 
-    private func connectFailed(_ reason: String) {
+    /// The refusal of the daemon at the other end of `channel`, or `nil` when its user may serve this process.
+    private func untrustedDaemon(at channel: Channel) -> NotifyError? {
+        // A listening socket's credentials are those of the process that called listen (systemd, for the units).
+        guard let daemon = PeerCredentials.read(from: channel),
+            !configuration.daemonUser.allows(daemonUID: daemon.uid, ownUID: getuid())
+        else { return nil }
+        return .untrustedDaemon(path: configuration.socketPath, uid: daemon.uid)
+    }
+
+    private func connectFailed(_ reason: String, error refusal: NotifyError? = nil) {
         let reconnects = configuration.reconnect.isEnabled
         let outcome = state.withLockedValue { state -> ([State.ConnectWaiter], Double)? in
             guard case .connecting = state.phase else { return nil }
@@ -294,7 +308,7 @@ final class CenterCore: Sendable {
             return (Array(failing.values), retryDelay(&state))
         }
         guard let (waiters, delay) = outcome else { return }
-        let error = NotifyError.cannotConnect(path: configuration.socketPath, reason: reason)
+        let error = refusal ?? NotifyError.cannotConnect(path: configuration.socketPath, reason: reason)
         for waiter in waiters { waiter.continuation.resume(throwing: error) }
         logger.debug("connection attempt failed", metadata: ["reason": "\(reason)"])
         scheduleReconnect(after: delay)

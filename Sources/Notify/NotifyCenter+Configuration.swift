@@ -21,19 +21,57 @@ extension NotifyCenter {
         public var logger: Logger
         /// What posting does while the center is not connected. Default: ``DisconnectedPosting/fail``.
         public var whileDisconnected: DisconnectedPosting
+        /// Which user the daemon must run as before the center talks to it. Default: `$NOTIFYD_DAEMON_UID` (a
+        /// uid, or `any`), else ``DaemonUser/sameUserOrRoot``.
+        public var daemonUser: DaemonUser
 
         /// Creates a configuration; every parameter has the default described on its property.
         public init(
             socketPath: String? = nil, clientName: String? = nil, reconnect: ReconnectPolicy = .default,
-            logger: Logger? = nil, whileDisconnected: DisconnectedPosting = .fail
+            logger: Logger? = nil, whileDisconnected: DisconnectedPosting = .fail, daemonUser: DaemonUser? = nil
         ) {
             self.whileDisconnected = whileDisconnected
+            self.daemonUser = daemonUser ?? DaemonUser(environment: ProcessInfo.processInfo.environment)
             self.socketPath =
                 socketPath ?? SocketLocation.defaultPath(uid: getuid(), environment: ProcessInfo.processInfo.environment)
             self.clientName = (clientName ?? ProcessInfo.processInfo.processName).truncatedUTF8(
                 maxBytes: ProtocolConstants.maxClientNameLength)
             self.reconnect = reconnect
             self.logger = logger ?? Logger(label: "notify", factory: { _ in SwiftLogNoOpLogHandler() })
+        }
+    }
+
+    /// Which user may run the daemon a center talks to, checked with `SO_PEERCRED` on every connection.
+    ///
+    /// Anyone can create a socket at a path another user's programs will look for (`/tmp/notifyd-UID` when
+    /// `XDG_RUNTIME_DIR` is unset) and read what they post there; ssh-agent and tmux clients check their server's
+    /// user for the same reason. A socket-activated daemon shows as root (systemd) or as the user (a user
+    /// manager), so both of the shipped units pass the default.
+    public enum DaemonUser: Sendable, Hashable {
+        /// This process's own user, or root.
+        case sameUserOrRoot
+        /// This process's own user, root, or `uid` (e.g. a daemon in a container that runs as its own user).
+        case uid(UInt32)
+        /// Any user: for sockets whose location alone is trusted.
+        case anyUser
+
+        /// `NOTIFYD_DAEMON_UID` (a uid, or `any`) from `environment`, else ``sameUserOrRoot``.
+        public init(environment: [String: String]) {
+            switch environment["NOTIFYD_DAEMON_UID"] {
+            case "any": self = .anyUser
+            case let text?: self = UInt32(text).map { .uid($0) } ?? .sameUserOrRoot
+            case nil: self = .sameUserOrRoot
+            }
+        }
+
+        /// Whether a daemon running as `daemonUID` may serve a process running as `ownUID`.
+        public func allows(daemonUID: UInt32, ownUID: UInt32) -> Bool {
+            if daemonUID == ownUID || daemonUID == 0 { return true }
+            switch self {
+            case .sameUserOrRoot: return false
+            case .uid(let trusted): return daemonUID == trusted
+            case .anyUser: return true
+            }
         }
     }
 

@@ -1,9 +1,17 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import NotifyWire
 
 /// Errors reported by ``NotifyCenter``.
 public enum NotifyError: Error, Sendable, CustomStringConvertible {
     /// No daemon accepted a connection at `path`.
     case cannotConnect(path: String, reason: String)
+    /// The daemon at `path` runs as a user ``NotifyCenter/DaemonUser`` does not allow (`uid`): the center
+    /// does not talk to it, since another user may be posing as your daemon.
+    case untrustedDaemon(path: String, uid: UInt32)
     /// The center is not connected to the daemon right now (it keeps reconnecting in the background).
     case notConnected(path: String)
     /// The connection ended before the daemon answered.
@@ -23,11 +31,16 @@ public enum NotifyError: Error, Sendable, CustomStringConvertible {
     /// A typed message could not be encoded.
     case encodingFailed(type: String, reason: String)
 
+    /// A sentence for people: what went wrong and, where it helps, what to do about it.
     public var description: String {
         switch self {
         case .cannotConnect(let path, let reason):
             return "cannot connect to notifyd at \(path): \(reason)"
                 + " (is the daemon running? start it with 'notifyd' or 'make run', or set NOTIFYD_SOCKET)"
+        case .untrustedDaemon(let path, let uid):
+            return "refusing the daemon at \(path): it runs as uid \(uid), not as you (uid \(getuid())) or root, "
+                + "so another user may be posing as your daemon to read what you post. Remove that socket and its "
+                + "directory, or set NOTIFYD_DAEMON_UID=\(uid) if you trust that user"
         case .notConnected(let path):
             return "not connected to notifyd at \(path) (reconnecting in the background)"
         case .connectionLost(let reason):

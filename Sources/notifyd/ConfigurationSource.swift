@@ -34,7 +34,9 @@ struct ConfigurationSource: Sendable, CustomStringConvertible {
     /// What the file says now, or `nil` when a default location holds no file (the defaults apply).
     func load() throws(ConfigurationError) -> AccessConfiguration? {
         guard let path else { return nil }
-        if !isExplicit, access(path, F_OK) != 0, errno == ENOENT { return nil }
+        // A default location that holds no file, or that this user cannot even look into (a $HOME inherited from
+        // another user by setpriv or sudo), means the defaults; a file that is there but unreadable is an error.
+        if !isExplicit, access(path, F_OK) != 0 { return nil }
         return try AccessConfiguration.load(path: path)
     }
 }

@@ -333,6 +333,40 @@ extension Integration {
             }
         }
 
+        @Test("A client refuses a daemon run by another user (the /tmp/notifyd-UID hijack), unless told to trust it")
+        func clientRefusesAnotherUsersDaemon() async throws {
+            try await withIntegrationScope { scope in
+                // uid 1001 prepared the place uid 1002's programs look for, and runs a daemon there.
+                guard chmod(scope.directory, 0o755) == 0 else { throw HarnessError("chmod failed") }
+                let directory = scope.directory + "/notifyd-1002"
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+                guard chown(directory, 1_001, 1_001) == 0 else { throw HarnessError("chown failed") }
+                let socket = directory + "/notifyd.sock"
+                let intruder = try scope.launchAs(
+                    uid: 1_001, gid: 1_001, .notifyd, ["--socket", socket, "--socket-mode", "666", "--log", "stderr"])
+                defer { intruder.send(SIGKILL) }
+                try await intruder.waitForLine(containing: "notifyd listening", on: .stderr)
+
+                let victim = try await scope.runAs(
+                    uid: 1_002, gid: 1_002, .notifyctl, ["post", "user.1002.secret", "password", "--socket", socket])
+                #expect(victim.termination == .exited(1), "\(victim.diagnostics)")
+                #expect(
+                    victim.stderrText.contains("refusing the daemon at \(socket): it runs as uid 1001, not as you (uid 1002)"),
+                    "\(victim.diagnostics)")
+                #expect(!intruder.stderrText.contains("uid=1002"), "the victim never got as far as a connection log")
+                let root = try await scope.run(.notifyctl, ["status", "--socket", socket])
+                #expect(root.termination == .exited(1), "root does not trust another user's daemon either\n\(root.diagnostics)")
+
+                // Told explicitly, the client trusts that user; the daemon's own user always may.
+                let trusting = try await scope.runAs(
+                    uid: 1_002, gid: 1_002, .notifyctl, ["status", "--socket", socket],
+                    environment: ["NOTIFYD_DAEMON_UID": "1001"])
+                #expect(trusting.termination == .exited(0), "\(trusting.diagnostics)")
+                let owner = try await scope.runAs(uid: 1_001, gid: 1_001, .notifyctl, ["status", "--socket", socket])
+                #expect(owner.termination == .exited(0), "\(owner.diagnostics)")
+            }
+        }
+
         @Test("--config: notifyd still stops cleanly on SIGTERM")
         func configurationShutdown() async throws {
             try await withIntegrationScope { scope in

@@ -48,20 +48,25 @@ extension IntegrationScope {
 
     /// Runs `tool` as `uid`/`gid` with no supplementary groups (`setpriv --reuid --regid --clear-groups`).
     func runAs(
-        uid: UInt32, gid: UInt32, _ tool: Tool, _ arguments: [String], timeout: Double = 20
+        uid: UInt32, gid: UInt32, _ tool: Tool, _ arguments: [String], environment: [String: String] = [:],
+        timeout: Double = 20
     ) async throws -> ChildProcess {
-        let child = try launchAs(uid: uid, gid: gid, tool, arguments)
+        let child = try launchAs(uid: uid, gid: gid, tool, arguments, environment: environment)
         try await child.waitForExit(timeout: timeout)
         return child
     }
 
     /// Starts `tool` as `uid`/`gid` (see ``runAs(uid:gid:_:_:timeout:)``). The scope does not know this child: the
     /// caller waits for it or kills it (and `ChildProcess` kills it when released).
-    func launchAs(uid: UInt32, gid: UInt32, _ tool: Tool, _ arguments: [String]) throws -> ChildProcess {
-        try ChildProcess(
+    /// `environment` is added to the tool's environment (through `env`).
+    func launchAs(
+        uid: UInt32, gid: UInt32, _ tool: Tool, _ arguments: [String], environment: [String: String] = [:]
+    ) throws -> ChildProcess {
+        let assignments = environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        return try ChildProcess(
             executable: URL(fileURLWithPath: "/usr/bin/setpriv"),
-            arguments: ["--reuid=\(uid)", "--regid=\(gid)", "--clear-groups", "--", try BuildProducts.url(of: tool).path]
-                + arguments)
+            arguments: ["--reuid=\(uid)", "--regid=\(gid)", "--clear-groups", "--", "/usr/bin/env"] + assignments
+                + [try BuildProducts.url(of: tool).path] + arguments)
     }
 }
 

@@ -4,10 +4,10 @@ import Glibc
 import Musl
 #endif
 import NIOCore
-import NotifyWire
 
-/// Reads the kernel-verified credentials of the process at the other end of a Unix socket.
-enum PeerCredentials {
+/// Reads the kernel-verified credentials of the process at the other end of a Unix socket: the daemon reads its
+/// clients', the library its daemon's (for a listening socket, those of the process that called `listen`).
+package enum PeerCredentials {
     /// The layout of Linux's `struct ucred` (three 32-bit fields, 12 bytes). Glibc only exports the C struct
     /// with `_GNU_SOURCE`, which Swift's importer does not set, so it is declared here.
     struct UCred: Sendable {
@@ -22,7 +22,7 @@ enum PeerCredentials {
     /// The credentials of `channel`'s peer, or `nil` if the channel is not a Unix socket NIO can query.
     ///
     /// Must be called on the channel's event loop, where the query completes synchronously.
-    static func read(from channel: Channel) -> SenderCredentials? {
+    package static func read(from channel: Channel) -> SenderCredentials? {
         channel.eventLoop.preconditionInEventLoop()
         guard let provider = channel as? SocketOptionProvider else { return nil }
         let future: EventLoopFuture<UCred> = provider.unsafeGetSocketOption(
