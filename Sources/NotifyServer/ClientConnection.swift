@@ -546,6 +546,18 @@ final class ClientConnection: ChannelInboundHandler {
             return run.frames.count
         }
         var delivered = 0
+        if held != nil, run.frames.count > 1 {
+            // Every post of the run will be held: copy the run once and hold slices of the copy.
+            let (owned, base) = run.ownedFrames()
+            for frame in run.frames {
+                guard state == .open else { break }
+                let slice = owned.getSlice(at: frame.offset - base, length: frame.length)!
+                if hold(slice, name: run.name, sequence: frame.sequence, policy: policy, storageIsOwned: true) {
+                    delivered += 1
+                }
+            }
+            return delivered
+        }
         for frame in run.frames {
             guard state == .open else { break }
             if deliver(run.slice(frame), name: run.name, sequence: frame.sequence, policy: policy) { delivered += 1 }
@@ -582,7 +594,7 @@ final class ClientConnection: ChannelInboundHandler {
 
     private func hold(
         _ frame: ByteBuffer, name: String, sequence: UInt64, policy matching: (DeliveryPolicy, UInt32),
-        alsoMerged: UInt64 = 0
+        alsoMerged: UInt64 = 0, storageIsOwned: Bool = false
     ) -> Bool {
         let (policy, subscriptionID) = matching
         // `disconnect` is for a client that cannot keep up, not for one that is only working through a
@@ -604,7 +616,7 @@ final class ClientConnection: ChannelInboundHandler {
         let effective = policy == .disconnect ? DeliveryPolicy.queue(limit: 1_000) : policy
         let outcome = held!.hold(
             frame, name: name, sequence: sequence, policy: effective, subscriptionID: subscriptionID,
-            alsoMerged: effective == .coalesce ? alsoMerged : 0)
+            alsoMerged: effective == .coalesce ? alsoMerged : 0, storageIsOwned: storageIsOwned)
         merged += outcome.merged
         dropped += outcome.dropped
         router.statistics.merged += outcome.merged

@@ -24,6 +24,25 @@ struct HeldNotifications {
         var limit: Int
         var frames: Deque<(frame: ByteBuffer, sequence: UInt64)> = []
         var dropped: UInt64 = 0
+
+        /// Appends a notification; when that makes one too many, drops the oldest and returns its size.
+        mutating func push(_ frame: ByteBuffer, sequence: UInt64) -> Int? {
+            frames.append((frame, sequence))
+            guard frames.count > Swift.max(limit, 1), let oldest = frames.popFirst() else { return nil }
+            dropped += 1
+            return oldest.frame.readableBytes
+        }
+
+        /// Writes the oldest notification, after the `OVERFLOW` its subscription owes; returns its size.
+        mutating func releaseFirst(into buffer: inout ByteBuffer, subscriptionID: UInt32) -> Int {
+            if dropped > 0 {
+                ServerFrame.overflow(subscriptionID: subscriptionID, droppedCount: dropped).encode(into: &buffer)
+                dropped = 0
+            }
+            let first = frames.removeFirst()
+            buffer.writeImmutableBuffer(first.frame)
+            return first.frame.readableBytes
+        }
     }
 
     /// Where a held notification lives: under its name (coalesce) or in its subscription's queue.
@@ -58,12 +77,14 @@ struct HeldNotifications {
     /// - Returns: how many earlier notifications it merged with (coalesce) or pushed out (queue).
     /// - Parameter alsoMerged: earlier notifications on the same name, not passed in, that this one
     ///   supersedes (a run of posts held at once keeps only its last; `coalesce` only).
+    /// - Parameter storageIsOwned: `frame`'s storage holds nothing but notifications held here (a run's
+    ///   frames copied once for a slow connection), so it is kept as it is rather than copied.
     mutating func hold(
         _ frame: ByteBuffer, name: String, sequence: UInt64, policy: DeliveryPolicy, subscriptionID: UInt32,
-        alsoMerged: UInt64 = 0
+        alsoMerged: UInt64 = 0, storageIsOwned: Bool = false
     ) -> (merged: UInt64, dropped: UInt64) {
         assert(order.last.map { $0.sequence < sequence } ?? true, "held out of sequence order")
-        let frame = Self.ownStorage(frame)
+        let frame = storageIsOwned ? frame : Self.ownStorage(frame)
         var result: (merged: UInt64, dropped: UInt64) = (alsoMerged, 0)
         switch policy {
         case .coalesce:
@@ -83,18 +104,14 @@ struct HeldNotifications {
         case .queue(let limit):
             order.append((sequence, .queued(subscriptionID)))
             liveCount += 1
-            // Mutated in place through the subscript: taking the queue out and storing it back copied it.
-            queues[subscriptionID, default: Queued(limit: Int(limit))].frames.append((frame, sequence))
             bytes += frame.readableBytes
-            if queues[subscriptionID]!.frames.count > max(queues[subscriptionID]!.limit, 1),
-                let oldest = queues[subscriptionID]!.frames.popFirst()
-            {
-                bytes -= oldest.frame.readableBytes
-                queues[subscriptionID]!.dropped += 1
+            // Mutated in place through the subscript: taking the queue out and storing it back copied it.
+            if let droppedBytes = queues[subscriptionID, default: Queued(limit: Int(limit))].push(frame, sequence: sequence) {
+                bytes -= droppedBytes
                 liveCount -= 1
                 result.dropped = 1
             }
-            emptiedWithDrops.remove(subscriptionID)
+            if !emptiedWithDrops.isEmpty { emptiedWithDrops.remove(subscriptionID) }
         case .disconnect:
             preconditionFailure("disconnect-policy notifications are never held")
         }
@@ -206,13 +223,7 @@ struct HeldNotifications {
                     buffer.writeImmutableBuffer(entry.frame)
                 }
             case .queued(let id):
-                if queues[id]!.dropped > 0 {
-                    ServerFrame.overflow(subscriptionID: id, droppedCount: queues[id]!.dropped).encode(into: &buffer)
-                    queues[id]!.dropped = 0
-                }
-                let first = queues[id]!.frames.removeFirst()
-                bytes -= first.frame.readableBytes
-                buffer.writeImmutableBuffer(first.frame)
+                bytes -= queues[id]!.releaseFirst(into: &buffer, subscriptionID: id)
                 if queues[id]!.frames.isEmpty { queues[id] = nil }
             }
         }

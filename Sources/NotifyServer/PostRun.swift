@@ -167,6 +167,17 @@ struct PostRun {
     }
 
     /// The bytes of one frame of the run.
+    /// The run's frames copied into storage of their own, and the offset that storage starts at: a slow
+    /// connection holds slices of it (one allocation per run rather than one per post) without keeping the
+    /// reused run buffer, which it would copy on its next write.
+    func ownedFrames() -> (bytes: ByteBuffer, base: Int) {
+        guard let first = frames.first, let last = frames.last else { return (ByteBuffer(), 0) }
+        let length = last.offset + last.length - first.offset
+        var copy = ByteBufferAllocator().buffer(capacity: length)
+        copy.writeImmutableBuffer(encoded.getSlice(at: first.offset, length: length)!)
+        return (copy, first.offset)
+    }
+
     func slice(_ frame: Frame) -> ByteBuffer {
         encoded.getSlice(at: frame.offset, length: frame.length)!
     }
