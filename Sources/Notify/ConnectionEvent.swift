@@ -21,6 +21,8 @@ public enum ConnectionEvent: Sendable, Equatable, CustomStringConvertible {
     /// A payload posted under a typed message's name did not decode as the observed type.
     case messageDecodingFailed(MessageDecodingError)
 
+    /// Whether both are the same event with the same values (a decoding failure: same name, type and
+    /// notification).
     public static func == (lhs: ConnectionEvent, rhs: ConnectionEvent) -> Bool {
         switch (lhs, rhs) {
         case (.messageDecodingFailed(let a), .messageDecodingFailed(let b)):
@@ -34,6 +36,7 @@ public enum ConnectionEvent: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// One line for logs, e.g. `connected to daemon … (daemon restarted: yes)`; match on the cases, not on this.
     public var description: String {
         switch self {
         case .connected(let restarted, let instance):
