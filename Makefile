@@ -14,7 +14,7 @@ HADOLINT ?= hadolint
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps build run test test-systemd sanitize lint install clean bench bench-smoke bench-deps
+.PHONY: all deps build run test test-systemd docs sanitize lint install clean bench bench-smoke bench-deps
 
 all: build
 
@@ -49,6 +49,7 @@ test: deps lint
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	$(MAKE) test-systemd SYSTEMD_TEST_BUILD=no
+	$(MAKE) docs
 	$(MAKE) sanitize
 	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
 
@@ -63,6 +64,11 @@ test-systemd: deps
 	if [ "$(SYSTEMD_TEST_BUILD)" = yes ]; then $(SWIFT) build -c $(CONFIG) --product notifyd; \
 	  $(SWIFT) build -c $(CONFIG) --product notifyctl; $(SWIFT) build -c $(CONFIG) --product notify-test-peer; fi; \
 	NOTIFYD_SYSTEMD_CACHE=$(SYSTEMD_TEST_CACHE) Tests/Systemd/boot.sh "$(BIN_DIR)"
+
+## docs: the DocC documentation of the Notify library (Sources/Notify/Notify.docc), warnings as errors, so a
+## broken link or an undocumented parameter fails `make test`. Output: .build/plugins/Swift-DocC/outputs/.
+docs: deps
+	$(SWIFT) package --disable-sandbox generate-documentation --target Notify --warnings-as-errors
 
 ## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer. The daemon
 ## load and packaging suites (Issue4Tests, UIDTests, Systemd*) are left out: they post hundreds of thousands of

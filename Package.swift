@@ -26,6 +26,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
         // Benchmarks only (Benchmarks/SwiftClient): latency percentiles.
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        // Documentation only: `swift package generate-documentation --target Notify`.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // The wire protocol: frames, names, limits, error codes. No I/O.

@@ -41,7 +41,9 @@ public final class NotifyCenter: Sendable {
 
     /// Creates a center and waits for its first connection.
     ///
-    /// - Parameter timeout: seconds to wait for the handshake once a connection was accepted.
+    /// - Parameters:
+    ///   - configuration: where to connect and how (the socket, reconnection, which daemon user to trust).
+    ///   - timeout: seconds to wait for the handshake once a connection was accepted.
     /// - Throws: ``NotifyError/cannotConnect(path:reason:)`` at once when no daemon accepts the connection,
     ///   ``NotifyError/timedOut(operation:seconds:)`` when the handshake takes too long.
     public static func connect(configuration: Configuration = Configuration(), timeout: Double? = 10) async throws
@@ -93,7 +95,7 @@ public final class NotifyCenter: Sendable {
     ///
     /// Posts from one center are sent in the order they were made, batched with other frames. If the daemon
     /// rejects the post (for example for permission reasons), the rejection arrives later as a
-    /// ``ConnectionEvent/requestRejected(operation:error:)`` event; use ``postAndWait(_:payload:)`` to get it
+    /// ``ConnectionEvent/requestRejected(operation:error:)`` event; use `postAndWait` to get it
     /// as an error instead.
     ///
     /// - Throws: ``NotifyError/invalidName(_:)``, ``NotifyError/payloadTooLarge(size:limit:)``, or
@@ -126,7 +128,7 @@ public final class NotifyCenter: Sendable {
     /// Posts a notification and waits for the daemon's receipt: the sequence number and how many connections it
     /// was delivered to.
     ///
-    /// - Throws: as ``post(_:payload:)``, plus ``NotifyError/rejected(code:message:)`` when the daemon refuses
+    /// - Throws: as `post`, plus ``NotifyError/rejected(code:message:)`` when the daemon refuses
     ///   it and ``NotifyError/connectionLost(reason:)`` when the connection ends first.
     @discardableResult
     public func postAndWait(
@@ -136,7 +138,7 @@ public final class NotifyCenter: Sendable {
     }
 
     /// Posts a notification whose payload is the array `payload` and waits for the daemon's receipt: the
-    /// counterpart of ``post(_:payload:retain:)-([UInt8])`` (see ``postAndWait(_:payload:retain:)-(_,some Collection<UInt8>,_)``).
+    /// counterpart of `post(_:payload:retain:)` for an array (see the overload for any collection of bytes).
     @discardableResult
     public func postAndWait(_ name: String, payload: [UInt8], retain: Bool = false) async throws -> PostReceipt {
         try await core.postAcknowledged(name, payload: ByteBuffer(bytes: payload), retain: retain)

@@ -117,6 +117,7 @@ public struct MessageDecodingError: Error, Sendable, CustomStringConvertible {
     /// The notification as received.
     public var notification: ReceivedNotification
 
+    /// The name, the sender's pid, the expected type and why decoding failed, in one sentence.
     public var description: String {
         "payload of '\(name)' from pid \(notification.sender.pid) does not decode as \(typeName): \(reason)"
     }
@@ -141,15 +142,15 @@ enum MessageNameRegistry {
 }
 
 extension NotifyCenter {
-    /// Posts a typed message without waiting for the daemon (see ``post(_:payload:)``).
+    /// Posts a typed message without waiting for the daemon (see `post(_:payload:retain:)`).
     ///
     /// - Throws: ``NotifyError/messageNameConflict(name:type:)``, ``NotifyError/encodingFailed(type:reason:)``,
-    ///   and the errors of ``post(_:payload:)``.
+    ///   and the errors of `post(_:payload:retain:)`.
     public func post<M: NotifyMessage>(_ message: M) throws {
         try post(M.name, payload: try Self.encode(message))
     }
 
-    /// Posts a typed message and waits for the daemon's receipt (see ``postAndWait(_:payload:)``).
+    /// Posts a typed message and waits for the daemon's receipt (see `postAndWait(_:payload:retain:)`).
     @discardableResult
     public func postAndWait<M: NotifyMessage>(_ message: M) async throws -> PostReceipt {
         try await postAndWait(M.name, payload: try Self.encode(message))

@@ -131,7 +131,10 @@ public final class Observation: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Whether both are the same token (observations compare by identity).
     public static func == (lhs: Observation, rhs: Observation) -> Bool { lhs === rhs }
+    /// Hashes the token's identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+    /// The observed name, the observation's number in its center, and whether it was cancelled.
     public var description: String { "Observation(\(core.name), #\(core.id)\(isCancelled ? ", cancelled" : ""))" }
 }

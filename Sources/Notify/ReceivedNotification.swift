@@ -84,6 +84,8 @@ public struct ReceivedNotification: Sendable, Hashable {
     /// The payload as `Data`.
     public var payloadData: Data { withPayloadBytes { Data($0) } }
 
+    /// Whether two notifications have the same name, sequence, sender, loss counters, retained flag and payload
+    /// bytes.
     public static func == (lhs: ReceivedNotification, rhs: ReceivedNotification) -> Bool {
         guard lhs.name == rhs.name, lhs.sequence == rhs.sequence, lhs.sender == rhs.sender,
             lhs.mergedCount == rhs.mergedCount, lhs.droppedBefore == rhs.droppedBefore,
@@ -92,6 +94,7 @@ public struct ReceivedNotification: Sendable, Hashable {
         return lhs.withPayloadBytes { left in rhs.withPayloadBytes { right in left.elementsEqual(right) } }
     }
 
+    /// Hashes the fields ``==(_:_:)`` compares.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(name)
         hasher.combine(sequence)
