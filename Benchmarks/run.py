@@ -1672,7 +1672,8 @@ def update_benchmarks_md(markdown: str) -> None:
     doc.write_text(f"{head}{begin}\n{markdown}\n{end}{tail}")
 
 
-COMPETITORS = ("swift-build", "swift-frontend", "swiftc", "swift-driver", "cc1", "cc1plus", "ld", "ld.gold", "ld.lld")
+COMPETITORS = ("swift-build", "swift-frontend", "swiftc", "swift-driver", "swift-test", "cc1", "cc1plus", "ld",
+               "ld.gold", "ld.lld")
 
 
 def competing_processes() -> list[str]:
@@ -1687,7 +1688,7 @@ def competing_processes() -> list[str]:
                 comm = f.read().strip()
         except OSError:
             continue
-        if comm in COMPETITORS:
+        if comm in COMPETITORS or comm.startswith("notifydPackageT") or comm.endswith(".xctest"):
             found.append(comm)
     return found
 
