@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import NotifyWire
 
 /// What the kernel's `SO_PEERCRED` does not tell about a client: its user's supplementary groups (for `group`
 /// access rules) and its command name (for introspection).
@@ -30,7 +31,7 @@ public struct PeerIdentityLookup: Sendable {
     }
 
     /// The system's own: `getpwuid_r` and `getgrouplist`, and `/proc/PID/comm`.
-    public static let system = PeerIdentityLookup(groups: systemGroups, command: procCommand)
+    public static let system = PeerIdentityLookup(groups: systemGroups, command: ProcessCommand.name(of:))
 
     private static func systemGroups(uid: UInt32, gid: UInt32) -> Set<UInt32> {
         var groups: Set<UInt32> = [gid]
@@ -47,14 +48,5 @@ public struct PeerIdentityLookup: Sendable {
         }
         groups.formUnion(list.prefix(Int(count)).map { UInt32($0) })
         return groups
-    }
-
-    private static func procCommand(pid: UInt32) -> String? {
-        guard pid != 0, let file = fopen("/proc/\(pid)/comm", "r") else { return nil }
-        defer { fclose(file) }
-        var buffer = [CChar](repeating: 0, count: 64)
-        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
-        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return text.hasSuffix("\n") ? String(text.dropLast()) : text
     }
 }

@@ -4,13 +4,11 @@ import Glibc
 import Musl
 #endif
 
-/// A process's command name as this process sees it (`/proc/PID/comm`).
-///
-/// The system daemon runs with `ProtectProc=invisible` and cannot see other users' processes, so it reports no
-/// command for them; the caller, usually root running `notifyctl clients`, can, and fills them in.
-enum ProcessCommand {
+/// A process's command name as this process sees it (`/proc/PID/comm`): the daemon reads its clients' (off its
+/// event loop); the library fills in those the daemon's sandbox (`ProtectProc=invisible`) hid from it.
+package enum ProcessCommand {
     /// The command name of `pid`, or `nil` when this process cannot see it (or `pid` is 0: another pid namespace).
-    static func name(of pid: UInt32) -> String? {
+    package static func name(of pid: UInt32) -> String? {
         guard pid != 0, let file = fopen("/proc/\(pid)/comm", "r") else { return nil }
         defer { fclose(file) }
         var buffer = [CChar](repeating: 0, count: 64)
