@@ -290,11 +290,14 @@ final class CenterCore: Sendable {
 
     /// The refusal of the daemon at the other end of `channel`, or `nil` when its user may serve this process.
     private func untrustedDaemon(at channel: Channel) -> NotifyError? {
-        // A listening socket's credentials are those of the process that called listen (systemd, for the units).
+        let path = configuration.socketPath
         guard let daemon = PeerCredentials.read(from: channel),
-            !configuration.daemonUser.allows(daemonUID: daemon.uid, ownUID: getuid())
+            !configuration.daemonUser.allows(daemonUID: daemon.uid, ownUID: getuid()),
+            // The system daemon runs as a dynamic user, on a socket systemd made in a directory only root can
+            // write to: only root can have put a daemon there.
+            !NotifyCenter.DaemonUser.isRootOnlyDirectory(ofSocket: path)
         else { return nil }
-        return .untrustedDaemon(path: configuration.socketPath, uid: daemon.uid)
+        return .untrustedDaemon(path: path, uid: daemon.uid)
     }
 
     private func connectFailed(_ reason: String, error refusal: NotifyError? = nil) {

@@ -45,8 +45,9 @@ extension NotifyCenter {
     ///
     /// Anyone can create a socket at a path another user's programs will look for (`/tmp/notifyd-UID` when
     /// `XDG_RUNTIME_DIR` is unset) and read what they post there; ssh-agent and tmux clients check their server's
-    /// user for the same reason. A socket-activated daemon shows as root (systemd) or as the user (a user
-    /// manager), so both of the shipped units pass the default.
+    /// user for the same reason. A daemon on a socket in a directory only root can write to (the system unit's
+    /// `/run/notifyd`, whose daemon runs as a dynamic user) is trusted whatever its user; see
+    /// ``isRootOnlyDirectory(ofSocket:)``.
     public enum DaemonUser: Sendable, Hashable {
         /// This process's own user, or root.
         case sameUserOrRoot
@@ -62,6 +63,16 @@ extension NotifyCenter {
             case let text?: self = UInt32(text).map { .uid($0) } ?? .sameUserOrRoot
             case nil: self = .sameUserOrRoot
             }
+        }
+
+        /// Whether the directory holding the socket at `path` belongs to root and no one else may write to it,
+        /// so that only root (or a service manager running as root) can have put a socket there: then the
+        /// daemon's own user does not matter (the system unit's daemon runs as a dynamic user).
+        public static func isRootOnlyDirectory(ofSocket path: String) -> Bool {
+            let directory = path.lastIndex(of: "/").map { String(path[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
+            var info = stat()
+            guard stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return false }
+            return info.st_uid == 0 && info.st_mode & (S_IWGRP | S_IWOTH) == 0
         }
 
         /// Whether a daemon running as `daemonUID` may serve a process running as `ownUID`.
