@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import CSystemd
 
 /// The service manager's watchdog (`WatchdogSec=` in the unit; `WATCHDOG_USEC` and `WATCHDOG_PID` in the
@@ -18,6 +23,23 @@ public struct ServiceWatchdog: Sendable, Hashable {
 
     /// How often to ping: half the timeout, as `sd_watchdog_enabled(3)` recommends.
     public var pingInterval: Duration { timeout / 2 }
+
+    /// The watchdog `environment` asks the process `pid` to serve (see ``fromEnvironment()``).
+    package static func fromEnvironment(
+        _ environment: [String: String], pid: Int32
+    ) throws(SystemdError) -> ServiceWatchdog? {
+        // The rules of sd_watchdog_enabled(3), on an explicit environment (tests must not change their own).
+        guard let text = environment["WATCHDOG_USEC"] else { return nil }
+        guard let microseconds = UInt64(text) else { throw SystemdError.watchdogConfigurationInvalid(errno: EINVAL) }
+        if let owner = environment["WATCHDOG_PID"] {
+            guard let ownerPID = Int32(owner), ownerPID > 0 else {
+                throw SystemdError.watchdogConfigurationInvalid(errno: EINVAL)
+            }
+            if ownerPID != pid { return nil }
+        }
+        guard microseconds > 0 else { return nil }
+        return ServiceWatchdog(timeout: .microseconds(Int64(clamping: microseconds)))
+    }
 
     /// The watchdog the service manager asked this process to serve.
     ///

@@ -3,17 +3,17 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import NotifySystemd
 import Testing
 
-/// These tests change NOTIFY_SOCKET and WATCHDOG_* in the test process's environment, so they run one at a time;
-/// no other test reads those variables.
-@Suite("Service manager notifications", .serialized)
+@testable import NotifySystemd
+
+/// The environment is passed explicitly: changing the test process's own (setenv while other tests start
+/// processes) crashed a concurrent Process.run. The real NOTIFY_SOCKET path is covered by the integration tests.
+@Suite("Service manager notifications")
 struct ServiceManagerNotifierTests {
     @Test("without NOTIFY_SOCKET nothing is sent and nothing fails")
     func noManager() throws {
-        unsetenv("NOTIFY_SOCKET")
-        let notifier = ServiceManagerNotifier()
+        let notifier = ServiceManagerNotifier(environment: [:])
         #expect(try notifier.ready(status: "x") == false)
         #expect(try notifier.watchdogPing() == false)
         #expect(try notifier.stopping() == false)
@@ -23,9 +23,7 @@ struct ServiceManagerNotifierTests {
     func messages() throws {
         let receiver = try DatagramReceiver()
         defer { receiver.close() }
-        setenv("NOTIFY_SOCKET", receiver.path, 1)
-        defer { unsetenv("NOTIFY_SOCKET") }
-        let notifier = ServiceManagerNotifier()
+        let notifier = ServiceManagerNotifier(environment: ["NOTIFY_SOCKET": receiver.path])
 
         #expect(try notifier.ready(status: "2 connections,\n1 subscription", mainPID: 4242))
         #expect(try receiver.receive() == "READY=1\nSTATUS=2 connections, 1 subscription\nMAINPID=4242")
@@ -41,34 +39,24 @@ struct ServiceManagerNotifierTests {
 
     @Test("a NOTIFY_SOCKET nobody listens on is an error")
     func unreachableManager() {
-        setenv("NOTIFY_SOCKET", "/nonexistent-notifyd-test/notify.sock", 1)
-        defer { unsetenv("NOTIFY_SOCKET") }
-        #expect(throws: SystemdError.self) { try ServiceManagerNotifier().watchdogPing() }
+        let notifier = ServiceManagerNotifier(environment: ["NOTIFY_SOCKET": "/nonexistent-notifyd-test/notify.sock"])
+        #expect(throws: SystemdError.self) { try notifier.watchdogPing() }
     }
 
     @Test("the watchdog comes from WATCHDOG_USEC, for this process only; pings at half the timeout")
     func watchdog() throws {
-        defer {
-            unsetenv("WATCHDOG_USEC")
-            unsetenv("WATCHDOG_PID")
-        }
-        unsetenv("WATCHDOG_USEC")
-        unsetenv("WATCHDOG_PID")
-        #expect(try ServiceWatchdog.fromEnvironment() == nil)
+        let pid = getpid()
+        #expect(try ServiceWatchdog.fromEnvironment([:], pid: pid) == nil)
 
-        setenv("WATCHDOG_USEC", "500000", 1)
-        let watchdog = try #require(try ServiceWatchdog.fromEnvironment())
+        let watchdog = try #require(try ServiceWatchdog.fromEnvironment(["WATCHDOG_USEC": "500000"], pid: pid))
         #expect(watchdog.timeout == .milliseconds(500))
         #expect(watchdog.pingInterval == .milliseconds(250))
 
-        setenv("WATCHDOG_PID", "\(getpid())", 1)
-        #expect(try ServiceWatchdog.fromEnvironment() == watchdog)
-        setenv("WATCHDOG_PID", "\(getpid() + 1)", 1)
-        #expect(try ServiceWatchdog.fromEnvironment() == nil, "a watchdog for another process is not ours")
-
-        unsetenv("WATCHDOG_PID")
-        setenv("WATCHDOG_USEC", "soon", 1)
-        #expect(throws: SystemdError.self) { try ServiceWatchdog.fromEnvironment() }
+        #expect(try ServiceWatchdog.fromEnvironment(["WATCHDOG_USEC": "500000", "WATCHDOG_PID": "\(pid)"], pid: pid) == watchdog)
+        #expect(
+            try ServiceWatchdog.fromEnvironment(["WATCHDOG_USEC": "500000", "WATCHDOG_PID": "\(pid + 1)"], pid: pid) == nil,
+            "a watchdog for another process is not ours")
+        #expect(throws: SystemdError.self) { try ServiceWatchdog.fromEnvironment(["WATCHDOG_USEC": "soon"], pid: pid) }
     }
 
     @Test("error descriptions say what failed")
