@@ -98,6 +98,11 @@ extension NotifyCenter {
 
     /// Reconnection after the daemon goes away: exponential backoff from ``initialDelay`` doubling up to
     /// ``maximumDelay``, reset after every successful handshake.
+    ///
+    /// While disconnected, a center also watches the socket path (inotify on its directory, or on the nearest
+    /// existing parent while the directory does not exist) and connects as soon as a socket appears there, so a
+    /// daemon that comes back is reached at once whatever the backoff; the backoff covers what the watch cannot
+    /// see, such as a socket systemd keeps in place while the service restarts.
     public struct ReconnectPolicy: Sendable, Hashable {
         /// Seconds before the first attempt after a disconnect.
         public var initialDelay: Double

@@ -201,6 +201,9 @@ public final class NotifyCenter: Sendable {
     }
 
     /// Connection events (connected, disconnected, dropped notifications, rejected requests) from now on.
+    ///
+    /// A center returned by ``connect(configuration:timeout:)`` (or once ``waitUntilConnected(timeout:)`` has
+    /// returned) has already reported that connection: a stream made afterwards starts with the next event.
     public func connectionEvents() -> AsyncStream<ConnectionEvent> {
         core.connectionEvents()
     }
