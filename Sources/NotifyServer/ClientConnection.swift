@@ -545,19 +545,35 @@ final class ClientConnection: ChannelInboundHandler {
             _ = hold(run.slice(last), name: run.name, sequence: last.sequence, policy: policy, alsoMerged: alsoMerged)
             return run.frames.count
         }
-        var delivered = 0
-        if held != nil, run.frames.count > 1 {
-            // Every post of the run will be held: copy the run once and hold slices of the copy.
-            let (owned, base) = run.ownedFrames()
-            for frame in run.frames {
-                guard state == .open else { break }
-                let slice = owned.getSlice(at: frame.offset - base, length: frame.length)!
-                if hold(slice, name: run.name, sequence: frame.sequence, policy: policy, storageIsOwned: true) {
-                    delivered += 1
+        if case .queue(let queueLimit) = policy.0, run.frames.count > 1 {
+            // What fits now goes out now; the rest is held as one chunk: one copy of its bytes, not one
+            // entry per post.
+            var first = 0
+            if held == nil, suspendCount == 0 {
+                var room = min(limit - outbound.pendingBytes, quotaRoom)
+                while first < run.frames.count, run.frames[first].length <= room {
+                    room -= run.frames[first].length
+                    first += 1
+                }
+                if first > 0 {
+                    let start = run.frames[0].offset
+                    let end = run.frames[first - 1].offset + run.frames[first - 1].length
+                    _ = queueIfRoom(run.encoded.getSlice(at: start, length: end - start)!)
                 }
             }
-            return delivered
+            if first < run.frames.count {
+                startHolding()
+                let owned = run.ownedFrames(from: first)
+                let outcome = held!.holdRun(
+                    owned, count: run.frames.count - first, firstSequence: run.frames[first].sequence,
+                    limit: queueLimit, subscriptionID: policy.1)
+                dropped += outcome
+                router.statistics.dropped += outcome
+                enforceHeldBound()
+            }
+            return run.frames.count
         }
+        var delivered = 0
         for frame in run.frames {
             guard state == .open else { break }
             if deliver(run.slice(frame), name: run.name, sequence: frame.sequence, policy: policy) { delivered += 1 }
@@ -588,13 +604,18 @@ final class ClientConnection: ChannelInboundHandler {
     }
 
     private func accountAllows(_ size: Int) -> Bool {
-        guard let account, !account.isExempt else { return true }
-        return account.outboundBytes + size <= router.quotas.outboundBytesPerUID
+        size <= quotaRoom
+    }
+
+    /// Bytes the user's quota still allows this connection to add.
+    private var quotaRoom: Int {
+        guard let account, !account.isExempt else { return .max }
+        return router.quotas.outboundBytesPerUID - account.outboundBytes
     }
 
     private func hold(
         _ frame: ByteBuffer, name: String, sequence: UInt64, policy matching: (DeliveryPolicy, UInt32),
-        alsoMerged: UInt64 = 0, storageIsOwned: Bool = false
+        alsoMerged: UInt64 = 0
     ) -> Bool {
         let (policy, subscriptionID) = matching
         // `disconnect` is for a client that cannot keep up, not for one that is only working through a
@@ -604,32 +625,45 @@ final class ClientConnection: ChannelInboundHandler {
             disconnectSlowConsumer(subscriptionID: subscriptionID)
             return false
         }
-        if held == nil {
-            held = HeldNotifications()
-            router.startedHolding(self)
-            logger.info(
-                suspendCount > 0 ? "holding notifications while suspended" : "client reads too slowly, holding notifications",
-                metadata: ["pending": "\(outbound.pendingBytes)"])
-        }
+        startHolding()
         // A `disconnect` subscription that is not being disconnected (suspended, or working through a backlog) is
         // held like a bounded queue.
         let effective = policy == .disconnect ? DeliveryPolicy.queue(limit: 1_000) : policy
         let outcome = held!.hold(
             frame, name: name, sequence: sequence, policy: effective, subscriptionID: subscriptionID,
-            alsoMerged: effective == .coalesce ? alsoMerged : 0, storageIsOwned: storageIsOwned)
+            alsoMerged: effective == .coalesce ? alsoMerged : 0)
         merged += outcome.merged
         dropped += outcome.dropped
         router.statistics.merged += outcome.merged
         router.statistics.dropped += outcome.dropped
-        // Held bytes are bounded per connection and count towards the user's quota.
-        while held!.bytes > limit || !accountAllows(held!.bytes + outbound.pendingBytes - accountedBytes) {
-            let lost = held!.evictOldest()
+        enforceHeldBound()
+        return true
+    }
+
+    private func startHolding() {
+        guard held == nil else { return }
+        held = HeldNotifications()
+        router.startedHolding(self)
+        logger.info(
+            suspendCount > 0 ? "holding notifications while suspended" : "client reads too slowly, holding notifications",
+            metadata: ["pending": "\(outbound.pendingBytes)"])
+    }
+
+    /// Held bytes are bounded per connection and count towards the user's quota: evicts the oldest beyond.
+    private func enforceHeldBound() {
+        while true {
+            var excess = held!.bytes - limit
+            if let account, !account.isExempt {
+                let unaccounted = held!.bytes + outbound.pendingBytes - accountedBytes
+                excess = max(excess, account.outboundBytes + unaccounted - router.quotas.outboundBytesPerUID)
+            }
+            guard excess > 0 else { break }
+            let lost = held!.evictOldest(bytes: excess)
             if lost == 0 { break }
             dropped += lost
             router.statistics.dropped += lost
         }
         syncAccount()
-        return true
     }
 
     /// The policy of the most protective subscription matching `name`, and its id.

@@ -5,14 +5,17 @@ import NotifyWire
 /// Notifications a connection could not take when they were posted (it read too slowly, or it is suspended),
 /// kept under each subscription's policy until it can.
 ///
-/// Frames are the shared encoded bytes of each post: holding one costs a reference, not a copy (except for
-/// frames cut from a run of posts, see ``ownStorage(_:)``).
+/// A `queue` subscription keeps its notifications in chunks: consecutive notifications held back to back in
+/// one buffer (a run of posts is one chunk, copied once; single posts are appended to the last chunk while
+/// nothing else was held after it). Holding and releasing a run then costs a copy of its bytes and a few
+/// entries, not a few entries per notification, so a connection that fell behind is not also the one that
+/// costs the most. Dropping and evicting single notifications walks their length prefixes from a chunk's front.
 ///
 /// Holding, evicting and releasing cost O(1) amortised per notification whatever the backlog: notifications
-/// are held in sequence order (sequence numbers only grow), so one FIFO of entries gives the release and
-/// eviction order without sorting. An entry superseded since it was added (its name coalesced again, its
-/// queued notification dropped or evicted) is skipped when it reaches the front, and the FIFO is compacted
-/// once such entries outnumber the live ones.
+/// are held in sequence order (sequence numbers only grow), so one FIFO of entries (a coalesced name or a
+/// chunk) gives the release and eviction order without sorting. An entry superseded since it was added (its
+/// name coalesced again, its chunk dropped or evicted) is skipped when it reaches the front, and the FIFO is
+/// compacted once such entries outnumber the live ones.
 struct HeldNotifications {
     private struct Coalesced {
         var frame: ByteBuffer
@@ -20,43 +23,68 @@ struct HeldNotifications {
         var merged: UInt64
     }
 
+    /// Consecutive notifications of one `queue` subscription, back to back in `bytes`.
+    private struct Chunk {
+        var id: UInt64
+        var bytes: ByteBuffer
+        var count: Int
+        /// `bytes` is storage this table allocated (not a frame shared with other connections), so later
+        /// notifications may be appended to it in place.
+        var isAppendable: Bool
+
+        /// Takes up to `limit` notifications from the front, stopping once `wanted` bytes were taken (at least
+        /// one is taken): walks their length prefixes, unless the whole chunk goes.
+        mutating func takeFront(count limit: Int, bytes wanted: Int) -> (frames: ByteBuffer, count: Int) {
+            if limit >= count, wanted >= bytes.readableBytes {
+                defer { count = 0 }
+                return (bytes.readSlice(length: bytes.readableBytes)!, count)
+            }
+            var taken = 0
+            var length = 0
+            while taken < limit, taken < count, length < wanted {
+                length += ProtocolConstants.lengthPrefixSize
+                    + Int(bytes.getInteger(at: bytes.readerIndex + length, as: UInt32.self)!)
+                taken += 1
+            }
+            count -= taken
+            return (bytes.readSlice(length: length)!, taken)
+        }
+    }
+
     private struct Queued {
         var limit: Int
-        var frames: Deque<(frame: ByteBuffer, sequence: UInt64)> = []
+        var chunks: Deque<Chunk> = []
+        /// Notifications in all chunks.
+        var count = 0
         var dropped: UInt64 = 0
 
-        /// Appends a notification; when that makes one too many, drops the oldest and returns its size.
-        mutating func push(_ frame: ByteBuffer, sequence: UInt64) -> Int? {
-            frames.append((frame, sequence))
-            guard frames.count > Swift.max(limit, 1), let oldest = frames.popFirst() else { return nil }
-            dropped += 1
-            return oldest.frame.readableBytes
-        }
-
-        /// Writes the oldest notification, after the `OVERFLOW` its subscription owes; returns its size.
-        mutating func releaseFirst(into buffer: inout ByteBuffer, subscriptionID: UInt32) -> Int {
-            if dropped > 0 {
-                ServerFrame.overflow(subscriptionID: subscriptionID, droppedCount: dropped).encode(into: &buffer)
-                dropped = 0
-            }
-            let first = frames.removeFirst()
-            buffer.writeImmutableBuffer(first.frame)
-            return first.frame.readableBytes
+        /// Takes notifications from the front of the first chunk (see ``Chunk/takeFront(count:bytes:)``) and
+        /// removes the chunk once it is empty.
+        mutating func takeFront(count limit: Int, bytes wanted: Int) -> (frames: ByteBuffer, count: Int, emptiedChunk: Bool) {
+            let taken = chunks[chunks.startIndex].takeFront(count: limit, bytes: wanted)
+            count -= taken.count
+            guard chunks[chunks.startIndex].count == 0 else { return (taken.frames, taken.count, false) }
+            chunks.removeFirst()
+            return (taken.frames, taken.count, true)
         }
     }
 
-    /// Where a held notification lives: under its name (coalesce) or in its subscription's queue.
+    /// Where a held notification lives: under its name (coalesce) or in a chunk of its subscription's queue.
     private enum Slot {
         case coalesced(String)
-        case queued(UInt32)
+        case queued(UInt32, chunk: UInt64)
     }
+
+    /// Chunks to which single notifications are appended stop growing at this size.
+    static let chunkByteLimit = 16 * 1024
 
     private var coalesced: [String: Coalesced] = [:]
     private var queues: [UInt32: Queued] = [:]
-    /// Every held notification in the order it was held, plus superseded entries not yet skipped or compacted.
+    /// Every held name or chunk in the order it was held, plus superseded entries not yet skipped or compacted.
     private var order: Deque<(sequence: UInt64, slot: Slot)> = []
     /// Entries of `order` that are still held.
-    private var liveCount = 0
+    private var liveEntries = 0
+    private var nextChunkID: UInt64 = 0
     /// `queue` subscriptions whose every held notification was evicted after some were dropped: their
     /// `OVERFLOW` goes out at the next release although no notification of theirs follows.
     private var emptiedWithDrops: Set<UInt32> = []
@@ -64,30 +92,34 @@ struct HeldNotifications {
     private var evicted: UInt64 = 0
     /// Bytes of the frames held.
     private(set) var bytes = 0
+    /// How many notifications are held.
+    private(set) var count = 0
     /// Order entries examined so far (held, skipped, released, compacted): what the complexity tests bound.
     private(set) var entriesTouched = 0
 
-    var isEmpty: Bool { liveCount == 0 && evicted == 0 && emptiedWithDrops.isEmpty }
+    /// Bytes of storage the held notifications keep alive (what ``bytes`` counts, plus the unused capacity of
+    /// their buffers); O(entries), for tests and introspection.
+    var storageBytes: Int {
+        coalesced.values.reduce(0) { $0 + $1.frame.storageCapacity }
+            + queues.values.reduce(0) { total, queue in queue.chunks.reduce(total) { $0 + $1.bytes.storageCapacity } }
+    }
 
-    /// How many notifications are held.
-    var count: Int { liveCount }
+    var isEmpty: Bool { count == 0 && evicted == 0 && emptiedWithDrops.isEmpty }
 
     /// Holds one notification.
     ///
     /// - Returns: how many earlier notifications it merged with (coalesce) or pushed out (queue).
     /// - Parameter alsoMerged: earlier notifications on the same name, not passed in, that this one
     ///   supersedes (a run of posts held at once keeps only its last; `coalesce` only).
-    /// - Parameter storageIsOwned: `frame`'s storage holds nothing but notifications held here (a run's
-    ///   frames copied once for a slow connection), so it is kept as it is rather than copied.
     mutating func hold(
         _ frame: ByteBuffer, name: String, sequence: UInt64, policy: DeliveryPolicy, subscriptionID: UInt32,
-        alsoMerged: UInt64 = 0, storageIsOwned: Bool = false
+        alsoMerged: UInt64 = 0
     ) -> (merged: UInt64, dropped: UInt64) {
         assert(order.last.map { $0.sequence < sequence } ?? true, "held out of sequence order")
-        let frame = storageIsOwned ? frame : Self.ownStorage(frame)
-        var result: (merged: UInt64, dropped: UInt64) = (alsoMerged, 0)
         switch policy {
         case .coalesce:
+            let frame = Self.ownStorage(frame)
+            var merged = alsoMerged
             order.append((sequence, .coalesced(name)))
             if coalesced[name] != nil {
                 // In place: the entry superseded in `order` is skipped later.
@@ -95,29 +127,98 @@ struct HeldNotifications {
                 bytes += frame.readableBytes - coalesced[name]!.frame.readableBytes
                 coalesced[name]!.frame = frame
                 coalesced[name]!.sequence = sequence
-                result.merged = 1 + alsoMerged
+                merged = 1 + alsoMerged
             } else {
                 coalesced[name] = Coalesced(frame: frame, sequence: sequence, merged: alsoMerged)
                 bytes += frame.readableBytes
-                liveCount += 1
+                count += 1
+                liveEntries += 1
             }
+            entriesTouched += 1
+            compactIfMostlySuperseded()
+            return (merged, 0)
         case .queue(let limit):
-            order.append((sequence, .queued(subscriptionID)))
-            liveCount += 1
-            bytes += frame.readableBytes
-            // Mutated in place through the subscript: taking the queue out and storing it back copied it.
-            if let droppedBytes = queues[subscriptionID, default: Queued(limit: Int(limit))].push(frame, sequence: sequence) {
-                bytes -= droppedBytes
-                liveCount -= 1
-                result.dropped = 1
+            if let last = order.last, case .queued(subscriptionID, let chunkID) = last.slot,
+                let chunk = queues[subscriptionID]?.chunks.last, chunk.id == chunkID, chunk.isAppendable,
+                // The writer index, not the readable bytes: a chunk's front taken away is not reclaimed.
+                chunk.bytes.writerIndex + frame.readableBytes <= Self.chunkByteLimit
+            {
+                // Nothing was held after this subscription's last chunk: the notification joins it.
+                let position = queues[subscriptionID]!.chunks.index(before: queues[subscriptionID]!.chunks.endIndex)
+                queues[subscriptionID]!.chunks[position].bytes.writeImmutableBuffer(frame)
+                queues[subscriptionID]!.chunks[position].count += 1
+                queues[subscriptionID]!.count += 1
+                bytes += frame.readableBytes
+                count += 1
+                entriesTouched += 1
+                return (0, enforceLimit(subscriptionID))
             }
-            if !emptiedWithDrops.isEmpty { emptiedWithDrops.remove(subscriptionID) }
+            let isAppendable = frame.readableBytes < Self.chunkByteLimit / 4
+            let storage: ByteBuffer
+            if isAppendable {
+                var copy = ByteBufferAllocator().buffer(capacity: Swift.max(frame.readableBytes, 1024))
+                copy.writeImmutableBuffer(frame)
+                storage = copy
+            } else {
+                storage = Self.ownStorage(frame)
+            }
+            return (0, holdChunk(storage, count: 1, firstSequence: sequence, limit: Int(limit), subscriptionID: subscriptionID, isAppendable: isAppendable))
         case .disconnect:
             preconditionFailure("disconnect-policy notifications are never held")
         }
+    }
+
+    /// Holds consecutive notifications of one `queue` subscription at once.
+    ///
+    /// - Parameter frames: `count` frames back to back, in storage that holds nothing else worth keeping
+    ///   (a run's frames copied once for this connection), kept as it is.
+    /// - Returns: how many notifications the queue's limit pushed out.
+    mutating func holdRun(
+        _ frames: ByteBuffer, count frameCount: Int, firstSequence: UInt64, limit: UInt32, subscriptionID: UInt32
+    ) -> UInt64 {
+        assert(order.last.map { $0.sequence < firstSequence } ?? true, "held out of sequence order")
+        return holdChunk(frames, count: frameCount, firstSequence: firstSequence, limit: Int(limit), subscriptionID: subscriptionID, isAppendable: false)
+    }
+
+    private mutating func holdChunk(
+        _ storage: ByteBuffer, count frameCount: Int, firstSequence: UInt64, limit: Int, subscriptionID: UInt32,
+        isAppendable: Bool
+    ) -> UInt64 {
+        nextChunkID += 1
+        let chunk = Chunk(id: nextChunkID, bytes: storage, count: frameCount, isAppendable: isAppendable)
+        order.append((firstSequence, .queued(subscriptionID, chunk: chunk.id)))
+        // Mutated in place through the subscript: taking the queue out and storing it back copied it.
+        queues[subscriptionID, default: Queued(limit: limit)].chunks.append(chunk)
+        queues[subscriptionID]!.count += frameCount
+        bytes += storage.readableBytes
+        count += frameCount
+        liveEntries += 1
+        if !emptiedWithDrops.isEmpty { emptiedWithDrops.remove(subscriptionID) }
         entriesTouched += 1
+        let dropped = enforceLimit(subscriptionID)
         compactIfMostlySuperseded()
-        return result
+        return dropped
+    }
+
+    /// Drops a queue's oldest notifications beyond its limit; returns how many.
+    private mutating func enforceLimit(_ id: UInt32) -> UInt64 {
+        var excess = queues[id]!.count - Swift.max(queues[id]!.limit, 1)
+        guard excess > 0 else { return 0 }
+        let total = excess
+        while excess > 0 {
+            excess -= takeFront(id, count: excess, bytes: .max).count
+        }
+        queues[id]!.dropped += UInt64(total)
+        return UInt64(total)
+    }
+
+    /// Takes notifications from the front of a queue and accounts for them.
+    private mutating func takeFront(_ id: UInt32, count limit: Int, bytes wanted: Int) -> (frames: ByteBuffer, count: Int) {
+        let taken = queues[id]!.takeFront(count: limit, bytes: wanted)
+        count -= taken.count
+        bytes -= taken.frames.readableBytes
+        if taken.emptiedChunk { liveEntries -= 1 }
+        return (taken.frames, taken.count)
     }
 
     /// `frame` itself, or a copy when it is a small part of a larger buffer (a run of posts): a held frame must
@@ -129,11 +230,12 @@ struct HeldNotifications {
         return copy
     }
 
-    /// Whether `entry` still stands for a held notification.
+    /// Whether `entry` still stands for held notifications.
     private func isLive(_ entry: (sequence: UInt64, slot: Slot)) -> Bool {
         switch entry.slot {
         case .coalesced(let name): coalesced[name]?.sequence == entry.sequence
-        case .queued(let id): queues[id]?.frames.first?.sequence == entry.sequence
+        // Chunks leave a queue only from its front, so those still held are the ones from its first on.
+        case .queued(let id, let chunk): queues[id]?.chunks.first.map { $0.id <= chunk } ?? false
         }
     }
 
@@ -148,45 +250,38 @@ struct HeldNotifications {
     /// Rebuilds `order` without its superseded entries once they are more than the live ones: each entry is
     /// removed at most once, so this is O(1) amortised per notification held.
     private mutating func compactIfMostlySuperseded() {
-        guard order.count > 2 * liveCount + 64 else { return }
+        guard order.count > 2 * liveEntries + 64 else { return }
         entriesTouched += order.count
-        var positions: [UInt32: Int] = [:]
-        order = Deque(
-            order.filter { entry in
-                switch entry.slot {
-                case .coalesced(let name):
-                    return coalesced[name]?.sequence == entry.sequence
-                case .queued(let id):
-                    // A queue's live frames are its last entries in `order`, in the same order.
-                    guard let queue = queues[id] else { return false }
-                    let position = positions[id, default: 0]
-                    guard position < queue.frames.count,
-                        queue.frames[queue.frames.startIndex + position].sequence == entry.sequence
-                    else { return false }
-                    positions[id] = position + 1
-                    return true
-                }
-            })
+        order = Deque(order.filter { isLive($0) })
     }
 
-    /// Drops the oldest held notification to make room. Returns how many notifications that loses.
-    mutating func evictOldest() -> UInt64 {
-        skipSuperseded()
-        guard let oldest = order.popFirst() else { return 0 }
-        entriesTouched += 1
-        liveCount -= 1
-        let lost: UInt64
-        switch oldest.slot {
-        case .coalesced(let name):
-            let entry = coalesced.removeValue(forKey: name)!
-            bytes -= entry.frame.readableBytes
-            lost = entry.merged + 1
-        case .queued(let id):
-            let first = queues[id]!.frames.removeFirst()
-            bytes -= first.frame.readableBytes
-            lost = 1
-            if queues[id]!.frames.isEmpty {
-                if queues[id]!.dropped > 0 { emptiedWithDrops.insert(id) } else { queues[id] = nil }
+    /// Drops the oldest held notifications until at least `wanted` bytes are freed or nothing is held.
+    ///
+    /// - Returns: how many notifications that loses.
+    mutating func evictOldest(bytes wanted: Int = 1) -> UInt64 {
+        var lost: UInt64 = 0
+        var freed = 0
+        while freed < wanted {
+            skipSuperseded()
+            guard let oldest = order.first else { break }
+            entriesTouched += 1
+            switch oldest.slot {
+            case .coalesced(let name):
+                order.removeFirst()
+                let entry = coalesced.removeValue(forKey: name)!
+                bytes -= entry.frame.readableBytes
+                freed += entry.frame.readableBytes
+                count -= 1
+                liveEntries -= 1
+                lost += entry.merged + 1
+            case .queued(let id, _):
+                let taken = takeFront(id, count: .max, bytes: wanted - freed)
+                freed += taken.frames.readableBytes
+                lost += UInt64(taken.count)
+                if queues[id]!.chunks.isEmpty {
+                    order.removeFirst()
+                    if queues[id]!.dropped > 0 { emptiedWithDrops.insert(id) } else { queues[id] = nil }
+                }
             }
         }
         evicted += lost
@@ -210,23 +305,34 @@ struct HeldNotifications {
         emptiedWithDrops.removeAll()
         while buffer.writerIndex - start < budget {
             skipSuperseded()
-            guard let next = order.popFirst() else { break }
+            guard let next = order.first else { break }
             entriesTouched += 1
-            liveCount -= 1
             switch next.slot {
             case .coalesced(let name):
+                order.removeFirst()
                 let entry = coalesced.removeValue(forKey: name)!
                 bytes -= entry.frame.readableBytes
+                count -= 1
+                liveEntries -= 1
                 if entry.merged > 0 {
                     NotificationFrame.writeMerged(entry.frame, mergedCount: entry.merged, into: &buffer)
                 } else {
                     buffer.writeImmutableBuffer(entry.frame)
                 }
-            case .queued(let id):
-                bytes -= queues[id]!.releaseFirst(into: &buffer, subscriptionID: id)
-                if queues[id]!.frames.isEmpty { queues[id] = nil }
+            case .queued(let id, _):
+                if queues[id]!.dropped > 0 {
+                    ServerFrame.overflow(subscriptionID: id, droppedCount: queues[id]!.dropped).encode(into: &buffer)
+                    queues[id]!.dropped = 0
+                }
+                // The whole chunk when it fits the budget, else the notifications that do (at least one).
+                let taken = takeFront(id, count: .max, bytes: budget - (buffer.writerIndex - start))
+                buffer.writeImmutableBuffer(taken.frames)
+                if queues[id]!.chunks.isEmpty {
+                    order.removeFirst()
+                    queues[id] = nil
+                }
             }
         }
-        if liveCount == 0 { order.removeAll() }
+        if count == 0 { order.removeAll() }
     }
 }

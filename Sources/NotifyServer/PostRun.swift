@@ -166,18 +166,19 @@ struct PostRun {
         frames.append(Frame(offset: offset, length: total, sequence: sequence))
     }
 
-    /// The bytes of one frame of the run.
-    /// The run's frames copied into storage of their own, and the offset that storage starts at: a slow
-    /// connection holds slices of it (one allocation per run rather than one per post) without keeping the
-    /// reused run buffer, which it would copy on its next write.
-    func ownedFrames() -> (bytes: ByteBuffer, base: Int) {
-        guard let first = frames.first, let last = frames.last else { return (ByteBuffer(), 0) }
-        let length = last.offset + last.length - first.offset
+    /// The run's frames from the `first`th on, copied into storage of their own: a slow connection holds them
+    /// (one allocation per run rather than one per post) without keeping the reused run buffer, which it would
+    /// copy on its next write.
+    func ownedFrames(from first: Int) -> ByteBuffer {
+        guard first < frames.count, let last = frames.last else { return ByteBuffer() }
+        let start = frames[first].offset
+        let length = last.offset + last.length - start
         var copy = ByteBufferAllocator().buffer(capacity: length)
-        copy.writeImmutableBuffer(encoded.getSlice(at: first.offset, length: length)!)
-        return (copy, first.offset)
+        copy.writeImmutableBuffer(encoded.getSlice(at: start, length: length)!)
+        return copy
     }
 
+    /// The bytes of one frame of the run.
     func slice(_ frame: Frame) -> ByteBuffer {
         encoded.getSlice(at: frame.offset, length: frame.length)!
     }

@@ -126,4 +126,66 @@ struct HeldNotificationsTests {
         #expect(small <= 6, "\(small) entries per notification at a backlog of 2,000")
         #expect(large <= 6, "\(large) entries per notification at a backlog of 200,000")
     }
+
+    /// `count` frames of `name` with sequences from `first` on, back to back, as a run is held.
+    private static func run(_ first: UInt64, count: Int, _ name: String) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        for sequence in first..<(first + UInt64(count)) {
+            var one = frame(sequence, name)
+            buffer.writeBuffer(&one)
+        }
+        return buffer
+    }
+
+    @Test("a run is held as one entry and released in order, split where the budget ends, between others' notifications")
+    func runsHeldAsOneChunk() throws {
+        var held = HeldNotifications()
+        _ = held.hold(Self.frame(1, "c"), name: "c", sequence: 1, policy: .coalesce, subscriptionID: 1)
+        let touchedBefore = held.entriesTouched
+        #expect(held.holdRun(Self.run(2, count: 500, "q"), count: 500, firstSequence: 2, limit: .max, subscriptionID: 2) == 0)
+        #expect(held.entriesTouched == touchedBefore + 1, "a run of 500 touched \(held.entriesTouched - touchedBefore) entries")
+        _ = held.hold(Self.frame(502, "d"), name: "d", sequence: 502, policy: .coalesce, subscriptionID: 1)
+        #expect(held.count == 502)
+        #expect(held.bytes == Self.frame(1, "c").readableBytes * 502)
+
+        var first = ByteBuffer()
+        held.release(into: &first, budget: 10 * Self.frame(1, "q").readableBytes + 1)
+        // The coalesced c#1, then as many of the run as the rest of the budget takes (at least one past it).
+        #expect(try Self.decoded(first) == ["n:c#1"] + (2...11).map { "n:q#\($0)" })
+        #expect(try Self.releaseAll(&held) == (12...501).map { "n:q#\($0)" } + ["n:d#502"])
+        #expect(held.isEmpty)
+        #expect(held.bytes == 0)
+    }
+
+    @Test("a run longer than its queue's limit keeps the newest and reports the rest as dropped")
+    func runBeyondQueueLimit() throws {
+        var held = HeldNotifications()
+        #expect(held.holdRun(Self.run(1, count: 8, "q"), count: 8, firstSequence: 1, limit: 3, subscriptionID: 4) == 5)
+        #expect(held.holdRun(Self.run(9, count: 2, "q"), count: 2, firstSequence: 9, limit: 3, subscriptionID: 4) == 2)
+        #expect(held.count == 3)
+        #expect(try Self.releaseAll(&held) == ["o:4=7", "n:q#8", "n:q#9", "n:q#10"])
+    }
+
+    @Test("eviction by bytes drops whole notifications from the front of a run, oldest first, and reports them")
+    func evictionInsideARun() throws {
+        var held = HeldNotifications()
+        let size = Self.frame(1, "q").readableBytes
+        _ = held.holdRun(Self.run(1, count: 10, "q"), count: 10, firstSequence: 1, limit: .max, subscriptionID: 1)
+        #expect(held.evictOldest(bytes: 2 * size + 1) == 3)
+        #expect(held.bytes == 7 * size)
+        #expect(try Self.releaseAll(&held) == ["o:0=3"] + (4...10).map { "n:q#\($0)" })
+    }
+
+    @Test("single notifications join their queue's last chunk, whose storage stays bounded however many pass through")
+    func appendedChunksStayBounded() throws {
+        var held = HeldNotifications()
+        for sequence in UInt64(1)...100_000 {
+            _ = held.hold(Self.frame(sequence, "q"), name: "q", sequence: sequence, policy: .queue(limit: 10), subscriptionID: 1)
+        }
+        #expect(held.count == 10)
+        // Ten frames of ≈ 60 bytes, in chunks of at most 16 KiB (capacity rounded up to a power of two).
+        #expect(held.storageBytes <= 2 * 32 * 1024, "\(held.storageBytes) bytes of storage for \(held.bytes) held")
+        #expect(held.entriesTouched <= 100_000 + 2 * (100_000 / 100), "\(held.entriesTouched) entries touched")
+        #expect(try Self.releaseAll(&held) == ["o:1=99990"] + (99_991...100_000).map { "n:q#\($0)" })
+    }
 }
