@@ -55,7 +55,7 @@ extension Notifyctl {
                         let state = name.state.map(String.init) ?? "-"
                         StandardStreams.output(
                             "\(pad(name.subscribers, 11))  \(state.padding(toLength: 20, withPad: " ", startingAt: 0))  "
-                                + "\((name.hasRetained ? "yes" : "no").padding(toLength: 8, withPad: " ", startingAt: 0))  \(name.name)")
+                                + "\((name.hasRetained ? "yes" : "no").padding(toLength: 8, withPad: " ", startingAt: 0))  \(TerminalText.escaped(name.name))")
                     }
                 }
                 await center.close()
@@ -83,7 +83,7 @@ extension Notifyctl {
                             "\(pad(client.pid, 7))  \(pad(client.uid, 5))  \(pad(client.subscriptions, 4))  "
                                 + "\(pad(client.pendingBytes, 7))  \(pad(client.heldBytes, 7))  "
                                 + "\((client.suspended ? "yes" : "no").padding(toLength: 9, withPad: " ", startingAt: 0))  "
-                                + "\(client.command ?? "?") (\(client.clientName))")
+                                + "\(TerminalText.escaped(client.command ?? "?")) (\(TerminalText.escaped(client.clientName)))")
                     }
                 }
                 await center.close()

@@ -141,30 +141,14 @@ struct LineFormatter {
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
             return String(decoding: data, as: UTF8.self)
         }
-        let payload = notification.payloadString.map { $0.isEmpty ? "" : " " + escapeControls($0) }
+        let payload = notification.payloadString.map { $0.isEmpty ? "" : " " + TerminalText.escaped($0) }
             ?? " (hex) " + hex(notification.payload)
         var notes = ""
         if notification.isRetained { notes += " (current value)" }
         if notification.mergedCount > 0 { notes += " (+\(notification.mergedCount) merged)" }
         if notification.droppedBefore > 0 { notes += " (\(notification.droppedBefore) dropped before)" }
         let time = now.formatted(Date.ISO8601FormatStyle(timeZone: .current).time(includingFractionalSeconds: true))
-        return "\(time) \(notification.name) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(notes)\(payload)"
-    }
-
-    /// Keeps one notification on one line: control characters are shown as escapes.
-    private func escapeControls(_ text: String) -> String {
-        var result = ""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\n": result += "\\n"
-            case "\r": result += "\\r"
-            case "\t": result += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                result += "\\u{" + String(scalar.value, radix: 16) + "}"
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result
+        return "\(time) \(TerminalText.escaped(notification.name)) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(notes)\(payload)"
     }
 
     private func hex(_ bytes: [UInt8]) -> String {

@@ -165,10 +165,10 @@ extension AsyncParsableCommand {
         do {
             try await body()
         } catch let failure as CommandFailure {
-            StandardStreams.error("notifyctl: \(failure.description)")
+            StandardStreams.error("notifyctl: \(TerminalText.escaped(failure.description))")
             throw ExitCode.failure
         } catch let error as NotifyError {
-            StandardStreams.error("notifyctl: \(error.description)")
+            StandardStreams.error("notifyctl: \(TerminalText.escaped(error.description))")
             throw ExitCode.failure
         }
     }

@@ -62,6 +62,29 @@ extension Integration {
             }
         }
 
+        @Test("clients prints another process's client name escaped: no escape sequence and no forged row reach the terminal")
+        func hostileClientNameEscaped() async throws {
+            try await withDaemon { scope, _ in
+                // A title change, a screen clear, a forged row for root's sshd, a C1 CSI and a right-to-left override.
+                let hostile = "evil\u{1b}]0;pwned\u{07}\u{1b}[2J\n  4242      0     0        0        0  no         sshd (root)\u{9b}31m\u{202e}x"
+                let connection = try WireConnection(path: scope.socketPath)
+                defer { close(connection.descriptor) }
+                try connection.hello(hostile)
+
+                let clients = try await scope.run(.notifyctl, ["clients", "--socket", scope.socketPath])
+                #expect(clients.termination == .exited(0), "\(clients.diagnostics)")
+                let output = clients.stdoutLines.joined(separator: "\n")
+                for forbidden: Unicode.Scalar in ["\u{1b}", "\u{07}", "\u{9b}", "\u{202e}"] {
+                    #expect(!output.unicodeScalars.contains(forbidden), "U+\(String(forbidden.value, radix: 16)) reached stdout: \(output)")
+                }
+                #expect(!clients.stdoutLines.contains { $0.contains("4242") && !$0.contains("evil") }, "a forged row: \(output)")
+                #expect(
+                    clients.stdoutLines.contains {
+                        $0.contains(#"(evil\u{1b}]0;pwned\u{7}\u{1b}[2J\n  4242"#) && $0.hasSuffix(#"(root)\u{9b}31m\u{202e}x)"#)
+                    }, "\(output)")
+            }
+        }
+
         @Test("post --wait reports how many subscribers got the notification")
         func postWait() async throws {
             try await withDaemon { scope, _ in
