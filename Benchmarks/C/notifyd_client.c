@@ -258,7 +258,7 @@ int nd_next(nd_client *c, struct nd_frame *f) {
     case ND_RETAINED: f->request_id = rd32(&k); notification_fields(&k, f); break;
     case ND_OVERFLOW: f->subscription_id = rd32(&k); f->count = rd64(&k); break;
     case ND_STATE: f->request_id = rd32(&k); f->closing = rd8(&k); f->count = rd64(&k); break;
-    case ND_QUERY_RESULT: f->request_id = rd32(&k); rdpayload(&k, &f->payload_len); break;
+    case ND_QUERY_RESULT: case ND_QUERY_RESULT_PART: f->request_id = rd32(&k); rdpayload(&k, &f->payload_len); break;
     case ND_GOODBYE: /* the daemon is shutting down; the last frame (may come before WELCOME) */
         f->count = rd32(&k);
         f->message = rdstr(&k, &f->message_len);

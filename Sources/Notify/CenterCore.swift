@@ -104,6 +104,8 @@ final class CenterCore: Sendable {
         var nextObservationID: UInt64 = 1
         var nextWaiterID: UInt64 = 1
         var pending: [UInt32: State.PendingRequest] = [:]
+        /// The parts received so far of long query answers, by request id (`QUERY_RESULT_PART`).
+        var queryParts: [UInt32: [ByteBuffer]] = [:]
         var subscriptions: [SubscriptionKey: SubscriptionEntry] = [:]
         /// Observations of exact names (all policies), for routing without scanning.
         var exactObservers: [ExactName: [ObservationCore]] = [:]
@@ -194,6 +196,7 @@ final class CenterCore: Sendable {
             )
             state.connectWaiters.removeAll()
             state.pending.removeAll()
+            state.queryParts.removeAll()
             state.eventContinuations.removeAll()
             return result
         }
@@ -412,6 +415,7 @@ final class CenterCore: Sendable {
             state.flushScheduled = false
             let pending = Array(state.pending.values)
             state.pending.removeAll()
+            state.queryParts.removeAll()
             return (true, pending, why)
         }
         guard outcome.0 else { return }
@@ -496,9 +500,16 @@ final class CenterCore: Sendable {
             if case .state(let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
                 continuation.resume(returning: value)
             }
+        case .queryResultPart(let requestID, let json):
+            state.withLockedValue { state in
+                if state.pending[requestID] != nil { state.queryParts[requestID, default: []].append(json) }
+            }
         case .queryResult(let requestID, let json):
-            if case .query(let continuation) = state.withLockedValue({ $0.pending.removeValue(forKey: requestID) }) {
-                continuation.resume(returning: json)
+            let (request, parts) = state.withLockedValue {
+                ($0.pending.removeValue(forKey: requestID), $0.queryParts.removeValue(forKey: requestID) ?? [])
+            }
+            if case .query(let continuation) = request {
+                continuation.resume(returning: parts.isEmpty ? json : Self.joinedArrays(parts + [json]))
             }
         case .pong(let requestID):
             let (request, rejected) = state.withLockedValue { state in
@@ -1004,7 +1015,27 @@ final class CenterCore: Sendable {
     }
 
     func query(_ kind: QueryKind, argument: String) async throws -> ByteBuffer {
-        try await request({ .query(requestID: $0, kind: kind.rawValue, argument: argument) }, pending: { .query($0) })
+        // Lists may be longer than a frame: take them in parts.
+        let kindByte = kind == .status ? kind.rawValue : kind.rawValue | QueryKind.partsFlag
+        return try await request({ .query(requestID: $0, kind: kindByte, argument: argument) }, pending: { .query($0) })
+    }
+
+    /// One JSON array holding the elements of `arrays` in order (each a JSON array as the daemon writes it).
+    static func joinedArrays(_ arrays: [ByteBuffer]) -> ByteBuffer {
+        var joined = ByteBuffer()
+        joined.reserveCapacity(arrays.reduce(0) { $0 + $1.readableBytes })
+        joined.writeStaticString("[")
+        var first = true
+        for array in arrays {
+            // Between the brackets, if anything.
+            guard array.readableBytes > 2, let inner = array.getSlice(at: array.readerIndex + 1, length: array.readableBytes - 2)
+            else { continue }
+            if !first { joined.writeStaticString(",") }
+            joined.writeImmutableBuffer(inner)
+            first = false
+        }
+        joined.writeStaticString("]")
+        return joined
     }
 
     // MARK: Events

@@ -287,7 +287,9 @@ final class ClientConnection: ChannelInboundHandler {
             handleResume(requestID: requestID)
         case .query(let requestID, let kind, let argument):
             switch router.query(kind: kind, argument: argument, requester: peer) {
-            case .success(let json): reply(.queryResult(requestID: requestID, json: json))
+            case .success(let parts):
+                for part in parts.dropLast() { reply(.queryResultPart(requestID: requestID, json: part)) }
+                reply(.queryResult(requestID: requestID, json: parts.last!))
             case .failure(let denial): reject(requestID, .invalidRequest, denial.message)
             }
         }
@@ -305,8 +307,9 @@ final class ClientConnection: ChannelInboundHandler {
             return
         }
         state = .open
-        clientName = hello.clientName
-        logger[metadataKey: "client"] = "\(hello.clientName)"
+        // Every client's name is in root's `clients` answer and in the logs: a longer one is cut, not refused.
+        clientName = hello.clientName.truncatedUTF8(maxBytes: ProtocolConstants.maxClientNameLength)
+        logger[metadataKey: "client"] = "\(clientName)"
         reply(
             .welcome(
                 ServerFrame.Welcome(

@@ -170,9 +170,22 @@ public final class NotifyServer: Service, Sendable {
         return try? await router.eventLoop.submit { router.value.snapshot() }.get()
     }
 
+    /// Connections the kernel queues before the daemon accepts them.
+    static let listenBacklog: CInt = 1024
+
     private func bind(router: NIOLoopBound<SubscriptionRouter>) async throws -> (Channel, String?) {
+        // The listening descriptor is ours in both cases (bound here, or passed by systemd), so the accept
+        // guard can accept on it itself when NIO cannot for want of descriptors.
+        let (descriptor, createdPath) = try listeningDescriptor()
+        let logger = logger
         let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(ChannelOptions.backlog, value: 1024)
+            .serverChannelOption(ChannelOptions.backlog, value: Self.listenBacklog)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        AcceptGuard(listeningDescriptor: descriptor, router: router, logger: logger))
+                }
+            }
             .childChannelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
             .childChannelOption(
                 ChannelOptions.recvAllocator,
@@ -182,7 +195,20 @@ public final class NotifyServer: Service, Sendable {
                     try channel.pipeline.syncOperations.addHandler(ClientConnection(router: router.value))
                 }
             }
+        do {
+            return (try await bootstrap.withBoundSocket(descriptor).get(), createdPath)
+        } catch {
+            if let createdPath { unlink(createdPath) }
+            throw error
+        }
+    }
+
+    /// The bound socket to listen on: the inherited one, or a new one bound at the configured path (returned
+    /// too, for removal at the end).
+    private func listeningDescriptor() throws -> (CInt, String?) {
         switch configuration.listenAddress {
+        case .inheritedDescriptor(let descriptor, _):
+            return (descriptor, nil)
         case .path(let path):
             try SocketFile.prepare(path: path)
             // Bound in a private directory, given its mode, then moved into place: see
@@ -190,20 +216,17 @@ public final class NotifyServer: Service, Sendable {
             let staging = try SocketFile.makeStagingDirectory(for: path)
             defer { if let staging { rmdir(staging) } }
             let bindPath = staging.map { $0 + "/s" } ?? path
-            let channel = try await bootstrap.bind(unixDomainSocketPath: bindPath).get()
+            let descriptor = try SocketFile.bindSocket(path: bindPath, reportedAs: path, backlog: Self.listenBacklog)
             /// Gives up on the bound socket after a failed `what`, whose `errno` is still current.
             func abandon(_ what: String) -> ServerError {
                 let reason = "\(what): \(String(cString: strerror(errno)))"
-                channel.close(promise: nil)
+                close(descriptor)
                 unlink(bindPath)
                 return ServerError.socketSetupFailed(path: path, reason: reason)
             }
             if chmod(bindPath, mode_t(configuration.socketMode)) != 0 { throw abandon("chmod failed") }
             if bindPath != path, rename(bindPath, path) != 0 { throw abandon("cannot move the socket into place") }
-            return (channel, path)
-        case .inheritedDescriptor(let descriptor, _):
-            let channel = try await bootstrap.withBoundSocket(descriptor).get()
-            return (channel, nil)
+            return (descriptor, path)
         }
     }
 

@@ -27,6 +27,39 @@ enum SocketFile {
         }
     }
 
+    /// A new Unix stream socket bound at `path` and listening (close-on-exec).
+    ///
+    /// It listens before it is moved into place: a client that sees the path appear (the library watches for
+    /// it) and connects at once must not be refused.
+    ///
+    /// - Parameter reportedAs: the path named in errors (the final path when binding in a staging directory).
+    static func bindSocket(path: String, reportedAs: String, backlog: CInt) throws -> CInt {
+        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else {
+            throw ServerError.socketSetupFailed(path: reportedAs, reason: "socket() failed: \(errnoDescription())")
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        guard path.utf8.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(descriptor)
+            throw ServerError.socketSetupFailed(path: reportedAs, reason: "the path is longer than the 107 bytes a Unix socket address holds")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard bound == 0, listen(descriptor, backlog) == 0 else {
+            let reason = "\(bound == 0 ? "listen" : "bind") failed: \(errnoDescription())"
+            close(descriptor)
+            throw ServerError.socketSetupFailed(path: reportedAs, reason: reason)
+        }
+        return descriptor
+    }
+
     /// A private directory next to `path` (mode 0700, on the same filesystem) to bind the socket in before
     /// moving it to `path`, or `nil` when its longer path would not fit in a socket address.
     ///

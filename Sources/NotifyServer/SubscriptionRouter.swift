@@ -434,7 +434,8 @@ final class SubscriptionRouter {
             dropped: statistics.dropped, slowConsumerDisconnects: statistics.slowConsumerDisconnects,
             residentMemoryBytes: residentMemoryBytes, outboundBytes: clients.reduce(0) { $0 + $1.pendingOutboundBytes },
             heldBytes: clients.reduce(0) { $0 + $1.heldBytes }, configurationReloads: configurationReloads,
-            lastReloadError: lastReloadError)
+            lastReloadError: lastReloadError, acceptFailures: statistics.acceptFailures,
+            connectionsRefused: statistics.connectionsRefused)
     }
 
     /// Reloads handled so far and why the last one failed, for `notifyctl reload` to wait on.
@@ -470,15 +471,21 @@ final class SubscriptionRouter {
             .map { $0.introspection() }
     }
 
-    /// Answers a `QUERY`.
-    func query(kind: UInt8, argument: String, requester: AccessControl.Peer) -> Result<ByteBuffer, AccessControl.Denial> {
+    /// Answers a `QUERY`: the JSON documents to send, the last in `QUERY_RESULT`, any before it in
+    /// `QUERY_RESULT_PART` (only when the kind byte asks for parts: a names or clients list too long for one
+    /// frame is then cut between elements).
+    func query(kind rawKind: UInt8, argument: String, requester: AccessControl.Peer) -> Result<[ByteBuffer], AccessControl.Denial> {
+        let takesParts = rawKind & QueryKind.partsFlag != 0
+        let kind = rawKind & ~QueryKind.partsFlag
+        // Each frame carries the type, the request id and the JSON's length before the JSON.
+        let room = Int(configuration.limits.maxFrameLength) - 1 - 4 - 4
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let data: Data
+        let parts: [ByteBuffer]
         do {
             switch QueryKind(rawValue: kind) {
             case .status:
-                data = try encoder.encode(status())
+                parts = [ByteBuffer(bytes: try encoder.encode(status()))]
             case .names:
                 var pattern: NotificationPattern?
                 if !argument.isEmpty {
@@ -488,23 +495,43 @@ final class SubscriptionRouter {
                         return .failure(AccessControl.Denial(message: error.description))
                     }
                 }
-                data = try encoder.encode(names(matching: pattern, visibleTo: requester))
+                parts = try Self.arrays(of: names(matching: pattern, visibleTo: requester), encoder: encoder, room: room)
             case .clients:
-                data = try encoder.encode(clients(visibleTo: requester.uid))
+                parts = try Self.arrays(of: clients(visibleTo: requester.uid), encoder: encoder, room: room)
             case nil:
                 return .failure(AccessControl.Denial(message: "unknown query kind \(kind) (1 status, 2 names, 3 clients)"))
             }
         } catch {
             return .failure(AccessControl.Denial(message: "cannot encode the answer: \(error)"))
         }
-        // QUERY_RESULT carries request id and a length before the JSON; the whole frame must fit the limit.
-        let room = Int(configuration.limits.maxFrameLength) - 1 - 4 - 4
-        guard data.count <= room else {
+        guard takesParts || parts.count == 1, parts.allSatisfy({ $0.readableBytes <= room }) else {
+            let size = parts.reduce(0) { $0 + $1.readableBytes }
             return .failure(
                 AccessControl.Denial(
-                    message: "the answer is \(data.count) bytes, more than a frame holds (\(room)); narrow it with a pattern"))
+                    message: "the answer is about \(size) bytes, more than a frame holds (\(room)); ask for it in parts "
+                        + "(kind | 0x80) or narrow a names query with a pattern"))
         }
-        return .success(ByteBuffer(bytes: data))
+        return .success(parts)
+    }
+
+    /// `elements` as JSON arrays of at most `room` bytes each (at least one array, maybe empty).
+    private static func arrays<Element: Encodable>(of elements: [Element], encoder: JSONEncoder, room: Int) throws -> [ByteBuffer] {
+        var arrays: [ByteBuffer] = []
+        var current = ByteBuffer(staticString: "[")
+        for element in elements {
+            let encoded = try encoder.encode(element)
+            // One byte for the comma or the opening bracket, one for the closing bracket.
+            if current.readableBytes > 1, current.readableBytes + 1 + encoded.count + 1 > room {
+                current.writeStaticString("]")
+                arrays.append(current)
+                current = ByteBuffer(staticString: "[")
+            }
+            if current.readableBytes > 1 { current.writeStaticString(",") }
+            current.writeBytes(encoded)
+        }
+        current.writeStaticString("]")
+        arrays.append(current)
+        return arrays
     }
 
     /// This process's resident set size as last sampled (off the event loop, every second).
@@ -533,4 +560,8 @@ struct ServerStatistics: Sendable {
     var merged: UInt64 = 0
     var dropped: UInt64 = 0
     var slowConsumerDisconnects: UInt64 = 0
+    /// `accept` calls that failed for want of a file descriptor (see ``AcceptGuard``).
+    var acceptFailures: UInt64 = 0
+    /// Connections accepted on the reserve descriptor and closed with `ERROR unavailable`.
+    var connectionsRefused: UInt64 = 0
 }

@@ -291,7 +291,7 @@ extension ClientFrame: WireFrameDecodable {
             let argument = try body.readWireString(messageType, "argument")
             frame = .query(requestID: requestID, kind: kind, argument: argument)
         case .welcome, .ok, .posted, .pong, .notification, .overflow, .error, .state, .notificationMerged, .retained,
-            .queryResult, .goodbye:
+            .queryResult, .queryResultPart, .goodbye:
             throw WireDecodingError.unknownMessageType(type)
         }
         try body.ensureFullyRead(messageType)

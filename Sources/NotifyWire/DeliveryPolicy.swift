@@ -63,4 +63,8 @@ public enum QueryKind: UInt8, Sendable, Hashable, CaseIterable {
     case names = 2
     /// Connected clients.
     case clients = 3
+
+    /// Set in `QUERY`'s kind byte by a client that takes a long names or clients answer in parts: zero or
+    /// more `QUERY_RESULT_PART` frames, then `QUERY_RESULT`, each a JSON array (`protocol/PROTOCOL.md` § 6.10).
+    public static let partsFlag: UInt8 = 0x80
 }

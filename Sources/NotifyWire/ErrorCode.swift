@@ -41,12 +41,15 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
     /// The request's fields are well-formed but make no sense: an unknown policy or query kind, a queue limit
     /// of 0, `RESUME` without `SUSPEND`.
     case invalidRequest = 18
+    /// Fatal, sent instead of `WELCOME`. The daemon cannot take another connection now (it has no file
+    /// descriptor left); reconnect later.
+    case unavailable = 19
 
     /// Whether the daemon closes the connection after sending this error.
     public var isFatal: Bool {
         switch self {
         case .malformedFrame, .frameTooLarge, .unknownMessageType, .handshakeRequired, .unsupportedVersion,
-            .unexpectedHello, .slowConsumer, .shuttingDown, .internalError:
+            .unexpectedHello, .slowConsumer, .shuttingDown, .internalError, .unavailable:
             return true
         case .invalidName, .payloadTooLarge, .unknownSubscription, .duplicateSubscription, .tooManySubscriptions,
             .unsupportedFlags, .permissionDenied, .quotaExceeded, .invalidRequest:
@@ -75,6 +78,7 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
         case .shuttingDown: "shutting-down"
         case .internalError: "internal-error"
         case .invalidRequest: "invalid-request"
+        case .unavailable: "unavailable"
         }
     }
 }

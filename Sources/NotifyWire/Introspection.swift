@@ -47,6 +47,12 @@ public enum Introspection {
         public var configurationReloads: UInt64?
         /// Why the last reload failed (the file kept its previous rules); `nil` when it succeeded.
         public var lastReloadError: String?
+        /// Times accepting a connection failed because the daemon (`EMFILE`) or the system (`ENFILE`) had no
+        /// file descriptor left; `nil` from a daemon that does not report it.
+        public var acceptFailures: UInt64?
+        /// Connections the daemon answered with `ERROR unavailable` and closed because it had no file descriptor
+        /// left for them; `nil` from a daemon that does not report it.
+        public var connectionsRefused: UInt64?
 
         enum CodingKeys: String, CodingKey {
             case version = "version"
@@ -71,6 +77,8 @@ public enum Introspection {
             case heldBytes = "held_bytes"
             case configurationReloads = "configuration_reloads"
             case lastReloadError = "last_reload_error"
+            case acceptFailures = "accept_failures"
+            case connectionsRefused = "connections_refused"
         }
 
         /// Creates an answer from its figures.
@@ -79,8 +87,11 @@ public enum Introspection {
             subscriptions: Int, subscribedNames: Int, patterns: Int, stateNames: Int, retainedNames: Int,
             posts: UInt64, deliveries: UInt64, postsPerSecond: Double, deliveriesPerSecond: Double, merged: UInt64,
             dropped: UInt64, slowConsumerDisconnects: UInt64, residentMemoryBytes: UInt64, outboundBytes: Int,
-            heldBytes: Int, configurationReloads: UInt64? = nil, lastReloadError: String? = nil
+            heldBytes: Int, configurationReloads: UInt64? = nil, lastReloadError: String? = nil,
+            acceptFailures: UInt64? = nil, connectionsRefused: UInt64? = nil
         ) {
+            self.acceptFailures = acceptFailures
+            self.connectionsRefused = connectionsRefused
             self.configurationReloads = configurationReloads
             self.lastReloadError = lastReloadError
             self.version = version

@@ -26,6 +26,7 @@ public enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
     case notificationMerged = 0x89
     case retained = 0x8A
     case queryResult = 0x8B
+    case queryResultPart = 0x8C
     case error = 0x8F
 
     /// Whether a client sends this type (as opposed to the daemon).
@@ -57,6 +58,7 @@ extension MessageType: CustomStringConvertible {
         case .notificationMerged: "NOTIFICATION_MERGED"
         case .retained: "RETAINED"
         case .queryResult: "QUERY_RESULT"
+        case .queryResultPart: "QUERY_RESULT_PART"
         case .error: "ERROR"
         }
     }

@@ -24,6 +24,9 @@ public enum ServerFrame: Sendable, Hashable {
     case retained(requestID: UInt32, NotificationFrame)
     /// Answers `QUERY`: UTF-8 JSON (`protocol/PROTOCOL.md` § 11).
     case queryResult(requestID: UInt32, json: ByteBuffer)
+    /// Part of a long answer to a `QUERY` that asked for parts: a JSON array holding the next elements; the
+    /// answer's last elements come in ``queryResult(requestID:json:)``.
+    case queryResultPart(requestID: UInt32, json: ByteBuffer)
     /// A request failed, or (when ``ErrorFrame/closesConnection`` is set) the connection is being closed.
     case error(ErrorFrame)
     /// The daemon is shutting down: this is the last frame on the connection; reconnect after the given delay.
@@ -69,6 +72,7 @@ public enum ServerFrame: Sendable, Hashable {
         case .notificationMerged: .notificationMerged
         case .retained: .retained
         case .queryResult: .queryResult
+        case .queryResultPart: .queryResultPart
         case .goodbye: .goodbye
         }
     }
@@ -167,7 +171,7 @@ extension ServerFrame: WireFrameEncodable {
             case .retained(let requestID, let notification):
                 buffer.writeInteger(requestID)
                 notification.encodeFields(into: &buffer)
-            case .queryResult(let requestID, let json):
+            case .queryResult(let requestID, let json), .queryResultPart(let requestID, let json):
                 buffer.writeInteger(requestID)
                 buffer.writeWirePayload(json)
             case .error(let error):
@@ -282,6 +286,9 @@ extension ServerFrame: WireFrameDecodable {
         case .queryResult:
             let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
             frame = .queryResult(requestID: requestID, json: try body.readWirePayload(messageType, "json"))
+        case .queryResultPart:
+            let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
+            frame = .queryResultPart(requestID: requestID, json: try body.readWirePayload(messageType, "json"))
         case .error:
             let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
             let code: UInt16 = try body.readWireInteger(messageType, "code")

@@ -26,6 +26,7 @@ extension Notifyctl {
                         ("deliveries", "\(status.deliveries) (\(String(format: "%.1f", status.deliveriesPerSecond))/s)"),
                         ("merged", "\(status.merged)"), ("dropped", "\(status.dropped)"),
                         ("slow consumers disconnected", "\(status.slowConsumerDisconnects)"),
+                        ("refused, no descriptor left", "\(status.connectionsRefused ?? 0) connections"),
                         ("memory", "\(status.residentMemoryBytes / 1024) KiB resident, \(status.outboundBytes) B queued, \(status.heldBytes) B held"),
                     ]
                     for (label, value) in rows { StandardStreams.output(label.padding(toLength: 28, withPad: " ", startingAt: 0) + value) }

@@ -85,6 +85,23 @@ struct NotifydCommand: AsyncParsableCommand {
         }
     }
 
+    /// Raises the soft limit on open files to the hard one: each client is a descriptor, and the usual soft
+    /// limit of 1,024 is four users at their default connection quota. Under systemd the unit's `LimitNOFILE=`
+    /// sets both (its system call filter refuses `setrlimit`, which is then harmless).
+    static func raiseDescriptorLimit(logger: Logger) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        let soft = limit.rlim_cur
+        limit.rlim_cur = limit.rlim_max
+        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 {
+            logger.debug("raised the open file limit", metadata: ["from": "\(soft)", "to": "\(limit.rlim_max)"])
+        } else {
+            logger.notice(
+                "cannot raise the open file limit; new clients are refused with ERROR unavailable once it is reached",
+                metadata: ["limit": "\(soft)", "error": "\(String(cString: strerror(errno)))"])
+        }
+    }
+
     func run() async throws {
         ConfigurationReloader.ignoreHangupUntilTrapped()
         let environment = ProcessEnvironment.current
@@ -92,6 +109,7 @@ struct NotifydCommand: AsyncParsableCommand {
         log.resolved(environment: environment).bootstrap(level: logLevel, limiter: limiter)
         let logger = Logger(label: "notifyd")
 
+        Self.raiseDescriptorLimit(logger: logger)
         let uid = getuid()
         let path = socket ?? SocketLocation.defaultPath(uid: uid, environment: environment)
         let mode = socketMode.flatMap { UInt32($0, radix: 8) } ?? (uid == 0 ? 0o666 : 0o600)

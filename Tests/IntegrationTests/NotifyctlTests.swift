@@ -68,7 +68,7 @@ extension Integration {
                 // A title change, a screen clear, a forged row for root's sshd, a C1 CSI and a right-to-left override.
                 let hostile = "evil\u{1b}]0;pwned\u{07}\u{1b}[2J\n  4242      0     0        0        0  no         sshd (root)\u{9b}31m\u{202e}x"
                 let connection = try WireConnection(path: scope.socketPath)
-                defer { close(connection.descriptor) }
+                defer { withExtendedLifetime(connection) {} }
                 try connection.hello(hostile)
 
                 let clients = try await scope.run(.notifyctl, ["clients", "--socket", scope.socketPath])
@@ -82,6 +82,26 @@ extension Integration {
                     clients.stdoutLines.contains {
                         $0.contains(#"(evil\u{1b}]0;pwned\u{7}\u{1b}[2J\n  4242"#) && $0.hasSuffix(#"(root)\u{9b}31m\u{202e}x)"#)
                     }, "\(output)")
+            }
+        }
+
+        @Test("names lists every name when the answer is longer than a frame (another user's 600 long state names)")
+        func namesLongerThanAFrame() async throws {
+            try await withDaemon { scope, _ in
+                let setter = try WireConnection(path: scope.socketPath)
+                try setter.hello("setter")
+                let names = (0..<600).map { "org.example." + String(repeating: "n", count: 230) + String(1_000 + $0) }
+                try setter.send(names.enumerated().map { .setState(requestID: UInt32($0.offset + 1), name: $0.element, value: 1) })
+                for _ in names { guard case .ok = try setter.nextFrame() else { throw HarnessError("SET_STATE refused") } }
+
+                let listing = try await scope.run(.notifyctl, ["names", "--socket", scope.socketPath])
+                #expect(listing.termination == .exited(0), "\(listing.diagnostics)")
+                #expect(listing.stdoutLines.count == 1 + names.count, "\(listing.stdoutLines.count) lines")
+                #expect(Set(listing.stdoutLines.dropFirst().compactMap { $0.split(separator: " ").last.map(String.init) }) == Set(names))
+                let json = try await scope.run(.notifyctl, ["names", "--json", "--socket", scope.socketPath])
+                #expect(json.termination == .exited(0), "\(json.diagnostics)")
+                let decoded = try JSONSerialization.jsonObject(with: Data(json.stdoutLines.joined().utf8)) as? [[String: Any]]
+                #expect(decoded?.count == names.count)
             }
         }
 

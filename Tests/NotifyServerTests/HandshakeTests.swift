@@ -69,7 +69,7 @@ struct HandshakeTests {
         try await second.stop()
     }
 
-    @Test("A v1 daemon ignores HELLO flags and accepts any client name (long, with U+0000)")
+    @Test("A v1 daemon ignores HELLO flags and accepts any client name (long, cut to 255 bytes; with U+0000)")
     func lenientHelloFields() async throws {
         try await withServer { server in
             let longName = String(repeating: "n", count: 300)
@@ -92,6 +92,10 @@ struct HandshakeTests {
                 return
             }
             for client in [first, second, third] { try await client.expectQuiet() }
+            // What the daemon keeps (for introspection and logs) is bounded: the first 255 bytes, whole characters.
+            let names = try await server.snapshot().clients.map(\.clientName)
+            #expect(names.contains(String(repeating: "n", count: 255)), "\(names.map(\.utf8.count))")
+            #expect(names.allSatisfy { $0.utf8.count <= 255 })
         }
     }
 

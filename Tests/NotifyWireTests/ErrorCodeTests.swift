@@ -23,6 +23,7 @@ struct ErrorCodeTests {
         (16, "shutting-down", true),
         (17, "internal-error", true),
         (18, "invalid-request", false),
+        (19, "unavailable", true),
     ]
 
     @Test("codes, wire names and fatality match the specification")
@@ -34,7 +35,7 @@ struct ErrorCodeTests {
             #expect(code.isFatal == entry.fatal, "\(entry.name)")
         }
         #expect(ErrorCode(rawValue: 0) == nil)
-        #expect(ErrorCode(rawValue: 19) == nil)
+        #expect(ErrorCode(rawValue: 20) == nil)
         #expect(Set(ErrorCode.allCases.map(\.description)).count == ErrorCode.allCases.count)
     }
 

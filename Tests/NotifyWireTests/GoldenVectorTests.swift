@@ -97,6 +97,8 @@ enum GoldenVectors {
         "state.hex": .server(.state(requestID: 12, value: 4_294_967_338)),
         "state-unset.hex": .server(.state(requestID: 13, value: nil)),
         "query-result.hex": .server(.queryResult(requestID: 16, json: ByteBuffer(string: namesJSON))),
+        "query-result-part.hex": .server(
+            .queryResultPart(requestID: 16, json: ByteBuffer(string: #"[{"has_retained":false,"name":"a.b","subscribers":2}]"#))),
         "goodbye.hex": .server(.goodbye(GoodbyeFrame(reconnectAfterMilliseconds: 1_000, reason: "notifyd is shutting down"))),
         "error.hex": .server(.error(ErrorFrame(requestID: 6, code: .invalidName, message: "invalid name 'a..b'"))),
         "error-fatal.hex": .server(

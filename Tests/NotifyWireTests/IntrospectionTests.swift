@@ -11,7 +11,8 @@ struct IntrospectionTests {
         "version", "instance_id", "pid", "uptime_seconds", "connections", "subscriptions", "subscribed_names",
         "patterns", "state_names", "retained_names", "posts", "deliveries", "posts_per_second",
         "deliveries_per_second", "merged", "dropped", "slow_consumer_disconnects", "resident_memory_bytes",
-        "outbound_bytes", "held_bytes", "configuration_reloads", "last_reload_error",
+        "outbound_bytes", "held_bytes", "configuration_reloads", "last_reload_error", "accept_failures",
+        "connections_refused",
     ]
     static let nameKeys: Set<String> = ["name", "subscribers", "state", "has_retained"]
     static let clientKeys: Set<String> = [
@@ -24,7 +25,8 @@ struct IntrospectionTests {
         connections: 2, subscriptions: 3, subscribedNames: 1, patterns: 1, stateNames: 1, retainedNames: 1,
         posts: 42, deliveries: 40, postsPerSecond: 0.5, deliveriesPerSecond: 0.5, merged: 5, dropped: 300,
         slowConsumerDisconnects: 0, residentMemoryBytes: 9_437_184, outboundBytes: 0, heldBytes: 1_024,
-        configurationReloads: 2, lastReloadError: "/etc/notifyd/notifyd.conf:3: unknown keyword 'frobnicate'")
+        configurationReloads: 2, lastReloadError: "/etc/notifyd/notifyd.conf:3: unknown keyword 'frobnicate'",
+        acceptFailures: 0, connectionsRefused: 0)
     static let names = [
         Introspection.Name(name: "org.example.battery.level", subscribers: 0, state: 4_294_967_338, hasRetained: false),
         Introspection.Name(name: "org.example.battery.low", subscribers: 1, state: nil, hasRetained: true),

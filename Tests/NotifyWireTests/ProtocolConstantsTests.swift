@@ -25,7 +25,8 @@ struct ProtocolConstantsTests {
             (.pong, 0x84, "PONG", false), (.notification, 0x85, "NOTIFICATION", false),
             (.overflow, 0x86, "OVERFLOW", false), (.state, 0x87, "STATE", false), (.goodbye, 0x88, "GOODBYE", false),
             (.notificationMerged, 0x89, "NOTIFICATION_MERGED", false), (.retained, 0x8A, "RETAINED", false),
-            (.queryResult, 0x8B, "QUERY_RESULT", false), (.error, 0x8F, "ERROR", false),
+            (.queryResult, 0x8B, "QUERY_RESULT", false), (.queryResultPart, 0x8C, "QUERY_RESULT_PART", false),
+            (.error, 0x8F, "ERROR", false),
         ]
         #expect(MessageType.allCases.count == expected.count)
         for (type, raw, name, clientToDaemon) in expected {

@@ -90,6 +90,16 @@ if wait_for 12 sh -c 'systemctl show -P StatusText notifyd | grep -q connections
 else
     fail "STATUS= reaches systemd" "StatusText: $(prop notifyd StatusText)"
 fi
+# nofile_ok PID: its open-file limit is LimitNOFILE=524288, soft and hard, or the most the manager may give
+# (a container's systemd cannot raise its own hard limit: this one's is the host's).
+nofile_ok() {
+    local ceiling want
+    ceiling=$(awk '/^Max open files/ {print $5}' /proc/1/limits)
+    want=$(( ceiling < 524288 ? ceiling : 524288 ))
+    grep -Eq "^Max open files +$want +$want " "/proc/$1/limits" || { grep "^Max open files" "/proc/$1/limits"; echo "wanted $want"; false; }
+}
+check "LimitNOFILE=524288 is in force for the daemon (soft = hard; the host caps a container): thousands of clients, not 1,024" \
+    bash -c "$(declare -f nofile_ok); nofile_ok \$(systemctl show -P MainPID notifyd)"
 check "WatchdogSec=10s is in force" sh -c '[ "$(systemctl show -P WatchdogUSec notifyd)" = 10s ]'
 
 # ---- root, alice and bob, both ways ---------------------------------------------------------------------------
@@ -326,6 +336,7 @@ check "alice's notifyctl finds her own daemon by default and starts it (socket m
 check "alice's notifyd.service runs under her user manager" \
     sh -c "[ \"\$(runuser -u alice -- ${alice_env[*]} systemctl --user show -P SubState notifyd.service)\" = running ]"
 user_pid=$(as_alice systemctl --user show -P MainPID notifyd.service)
+check "alice's daemon has the same open-file limit" bash -c "$(declare -f nofile_ok); nofile_ok $user_pid"
 check "systemctl --user reload notifyd (alice, no configuration file)" as_alice systemctl --user reload notifyd
 as_alice notifyctl listen com.example.user --count 1 --timeout 15 > "$work/user.out" 2> "$work/user.err" &
 user_listen=$!

@@ -37,6 +37,16 @@ final class IntegrationScope: Sendable {
         return child
     }
 
+    /// Starts `tool` through `sh -c "<setup>; exec tool arguments…"`, e.g. to run it under a lower `ulimit`; the
+    /// scope kills it at the end if it is still running.
+    func launch(_ tool: Tool, _ arguments: [String], after setup: String) throws -> ChildProcess {
+        let child = try ChildProcess(
+            executable: URL(fileURLWithPath: "/bin/sh"),
+            arguments: ["-c", setup + "; exec \"$0\" \"$@\"", try BuildProducts.url(of: tool).path] + arguments)
+        children.withLock { $0.append(child) }
+        return child
+    }
+
     /// Runs `tool` to completion and returns it (exit state and output).
     func run(_ tool: Tool, _ arguments: [String], timeout: Double = 20) async throws -> ChildProcess {
         let child = try launch(tool, arguments)

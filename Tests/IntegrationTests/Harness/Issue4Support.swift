@@ -154,11 +154,12 @@ final class WireConnection {
         return nextRequestID
     }
 
-    /// Writes all of `bytes`, blocking while the daemon does not read.
+    /// Writes all of `bytes`, blocking while the daemon does not read. A connection the daemon closed fails
+    /// with `EPIPE` (never SIGPIPE, which would end the test process).
     func write(_ bytes: UnsafeRawBufferPointer) throws {
         var offset = 0
         while offset < bytes.count {
-            let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+            let written = Glibc.send(descriptor, bytes.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
             if written < 0 {
                 if errno == EINTR { continue }
                 throw HarnessError("write to notifyd failed: \(String(cString: strerror(errno)))")

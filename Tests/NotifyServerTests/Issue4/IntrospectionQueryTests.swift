@@ -15,7 +15,7 @@ struct Issue4IntrospectionQueryTests {
         "version", "instance_id", "pid", "uptime_seconds", "connections", "subscriptions", "subscribed_names", "patterns",
         "state_names", "retained_names", "posts", "deliveries", "posts_per_second", "deliveries_per_second", "merged",
         "dropped", "slow_consumer_disconnects", "resident_memory_bytes", "outbound_bytes", "held_bytes",
-        "configuration_reloads",  // last_reload_error only after a failed reload
+        "configuration_reloads", "accept_failures", "connections_refused",  // last_reload_error only after a failed reload
     ]
     static let clientKeys: Set<String> = [
         "connection", "pid", "uid", "gid", "command", "client_name", "subscriptions", "pending_bytes", "held_bytes",

@@ -1,0 +1,97 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+import NotifyWire
+import Testing
+
+extension Integration {
+    /// A daemon at its file descriptor limit keeps serving its clients, answers each new one at once with
+    /// `ERROR unavailable` instead of leaving it waiting for `WELCOME`, does not spin on `accept`, logs it,
+    /// and takes new clients again once descriptors are free.
+    @Suite("Out of file descriptors")
+    struct DescriptorExhaustionTests {
+        /// What a new connection got for its `HELLO`.
+        private enum Greeting {
+            case welcome(WireConnection)
+            case refused(ErrorFrame)
+        }
+
+        private static func greet(_ path: String) throws -> Greeting {
+            let connection = try WireConnection(path: path, receiveTimeoutSeconds: 10)
+            // The daemon may have refused and closed the connection before the HELLO goes out: its ERROR is
+            // still there to read.
+            try? connection.send([.hello(ClientFrame.Hello(clientName: "fd-exhaustion"))])
+            switch try connection.nextFrame() {
+            case .welcome: return .welcome(connection)
+            case .error(let error): return .refused(error)
+            case let other: throw HarnessError("expected WELCOME or ERROR, got \(other)")
+            }
+        }
+
+        @Test("at the descriptor limit new clients get ERROR unavailable at once, others go on, and it recovers")
+        func refusesAtTheLimit() async throws {
+            try await withIntegrationScope { scope in
+                let child = try scope.launch(
+                    .notifyd, ["--socket", scope.socketPath, "--log-level", "info"], after: "ulimit -n 40")
+                _ = try await poll("notifyd to accept connections", timeout: 20) { () throws -> Bool? in
+                    if let termination = child.termination { throw HarnessError("notifyd \(termination)\n\(child.diagnostics)") }
+                    return UnixSocket.acceptsConnections(at: scope.socketPath) ? true : nil
+                }
+
+                // Fill the daemon's descriptor table with clients that got WELCOME.
+                var served: [WireConnection] = []
+                var firstRefusal: ErrorFrame?
+                while firstRefusal == nil {
+                    try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
+                    switch try Self.greet(scope.socketPath) {
+                    case .welcome(let connection): served.append(connection)
+                    case .refused(let error): firstRefusal = error
+                    }
+                }
+                let refusal = try #require(firstRefusal)
+                #expect(refusal.code == .unavailable && refusal.closesConnection, "\(refusal)")
+                #expect(refusal.message.contains("file descriptor"), "\(refusal.message)")
+
+                // Every further client is answered too (the reserve descriptor came back each time).
+                for attempt in 1...20 {
+                    guard case .refused(let error) = try Self.greet(scope.socketPath) else {
+                        Issue.record("client \(attempt) after the limit got WELCOME")
+                        continue
+                    }
+                    #expect(error.code == .unavailable, "\(error)")
+                }
+                // notifyctl says why.
+                let post = try await scope.run(.notifyctl, ["post", "a.b", "x", "--socket", scope.socketPath])
+                #expect(post.termination != .exited(0), "\(post.diagnostics)")
+                #expect(post.stderrLines.contains { $0.contains("file descriptor") }, "\(post.diagnostics)")
+
+                // The clients it serves are served all along.
+                for connection in served.prefix(3) {
+                    guard case .pong = try connection.request({ .ping(requestID: $0) }) else {
+                        Issue.record("a served client got no PONG")
+                        continue
+                    }
+                }
+
+                // Descriptors freed: new clients are welcome again.
+                served.removeAll()
+                var recovered: WireConnection?
+                _ = try await poll("a new client to get WELCOME after the others left", timeout: 20) { () throws -> Bool? in
+                    if case .welcome(let connection) = try Self.greet(scope.socketPath) { recovered = connection }
+                    return recovered != nil ? true : nil
+                }
+                let status = try #require(recovered).query(Introspection.Status.self, .status)
+                let refused = try #require(status.connectionsRefused)
+                let failures = try #require(status.acceptFailures)
+                #expect(refused >= 22, "connections_refused \(refused)")
+                // Each failed accept refuses the whole queue and pauses: no spinning on EMFILE.
+                #expect(failures >= 1 && failures <= refused + 5, "accept_failures \(failures), connections_refused \(refused)")
+                let reports = child.stderrLines.filter { $0.contains("out of file descriptors") }
+                #expect((1...3).contains(reports.count), "\(reports.count) reports\n\(child.diagnostics)")
+            }
+        }
+    }
+}
