@@ -75,8 +75,17 @@ final class ClientConnection: ChannelInboundHandler {
     private var awaitingIdentity = false
     /// Reading was switched off while the groups are looked up.
     private var readingPausedForIdentity = false
-    /// The peer closed its side while ``awaitingIdentity``: handled once its frames have been.
-    private var inputClosedWhileAwaitingIdentity = false
+    /// The peer closed its side while frames were still to be served (``awaitingIdentity`` or
+    /// ``servingDeferred``): handled once they have been.
+    private var inputClosedPending = false
+    /// Frames wait in the accumulator for the next turn of the event loop (see ``framesPerTurn``); reading is
+    /// off meanwhile.
+    private var servingDeferred = false
+    /// Frames served through the full path, and posts continuing a run, in this turn of the event loop.
+    private var turnFrames = 0
+    private var turnRunPosts = 0
+    /// The most full-path frames served in one turn so far (for tests: the bound holds).
+    private(set) var mostFramesInOneTurn = 0
     private var account: UIDAccount?
     /// Bytes this connection has counted in its account (pending plus held).
     private var accountedBytes = 0
@@ -182,34 +191,56 @@ final class ClientConnection: ChannelInboundHandler {
         readingPausedForIdentity = false
         guard state == .awaitingHello || state == .open else { return }
         serveBufferedFrames()
-        if inputClosedWhileAwaitingIdentity { inputClosed() }
+        if inputClosedPending, !servingDeferred { inputClosed() }
         router.flushDirtyConnections()
-        if let context, state == .awaitingHello || state == .open {
-            context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
-            context.read()
-        }
+        resumeReadingIfAllowed()
+    }
+
+    /// Turns reading back on unless something still holds it off: back-pressure, the identity lookup, or
+    /// frames deferred to the next turn.
+    private func resumeReadingIfAllowed() {
+        guard !isReadingPaused, !readingPausedForIdentity, !servingDeferred, let context,
+            state == .awaitingHello || state == .open
+        else { return }
+        context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+        context.read()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard state == .awaitingHello || state == .open else { return }
         accumulator.append(unwrapInboundIn(data))
-        guard !awaitingIdentity else { return }
+        guard !awaitingIdentity, !servingDeferred else { return }
         serveBufferedFrames()
     }
 
-    /// Decodes and serves every complete frame received so far.
+    /// Full-path frames (requests, posts that start a run) one connection has served in one turn of the
+    /// event loop; the rest waits for the next turn, after other connections' events: a client that pipelines
+    /// thousands of subscriptions cannot hold the loop from everyone else.
+    static let framesPerTurn = 256
+    /// Posts continuing a run served in one turn (each costs about a copy of its bytes).
+    static let runPostsPerTurn = 16_384
+
+    /// Decodes and serves the complete frames received so far, up to this turn's budget.
     private func serveBufferedFrames() {
         let maxPayload = Int(router.configuration.limits.maxPayloadLength)
         do throws(WireDecodingError) {
-            while state == .awaitingHello || state == .open, var frame = try accumulator.nextRawFrame() {
+            while state == .awaitingHello || state == .open {
+                if turnFrames >= Self.framesPerTurn || turnRunPosts >= Self.runPostsPerTurn {
+                    deferServing()
+                    break
+                }
+                guard var frame = try accumulator.nextRawFrame() else { break }
                 // A post that continues this connection's run of posts to one name needs no decoding or
                 // checks beyond its size: the first post of the run passed them all (see PostRun).
                 if frame.type == MessageType.post.rawValue,
                     router.appendToRun(ifContinuedBy: self, body: frame.body, maxPayload: maxPayload)
                 {
+                    turnRunPosts += 1
                     continue
                 }
                 router.endRun()
+                turnFrames += 1
+                mostFramesInOneTurn = max(mostFramesInOneTurn, turnFrames)
                 handle(try ClientFrame.decode(type: frame.type, body: &frame.body))
             }
         } catch {
@@ -219,15 +250,37 @@ final class ClientConnection: ChannelInboundHandler {
         router.endRun()
     }
 
+    /// Serves the frames left over at the next turn of the event loop, reading nothing new meanwhile.
+    private func deferServing() {
+        guard !servingDeferred, accumulator.bufferedBytes > 0, let context else { return }
+        servingDeferred = true
+        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        context.eventLoop.assumeIsolated().execute { [self] in
+            servingDeferred = false
+            turnFrames = 0
+            turnRunPosts = 0
+            guard state == .awaitingHello || state == .open else { return }
+            serveBufferedFrames()
+            if inputClosedPending, !servingDeferred { inputClosed() }
+            router.flushDirtyConnections()
+            resumeReadingIfAllowed()
+        }
+    }
+
     func channelReadComplete(context: ChannelHandlerContext) {
+        // The turn's budget starts again with the next read (frames deferred meanwhile are served first).
+        if !servingDeferred {
+            turnFrames = 0
+            turnRunPosts = 0
+        }
         router.flushDirtyConnections()
         context.fireChannelReadComplete()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? ChannelEvent, event == .inputClosed {
-            if awaitingIdentity {
-                inputClosedWhileAwaitingIdentity = true
+            if awaitingIdentity || servingDeferred {
+                inputClosedPending = true
             } else {
                 inputClosed()
                 router.flushDirtyConnections()
@@ -855,10 +908,9 @@ final class ClientConnection: ChannelInboundHandler {
         syncAccount()
         guard state != .closed else { return }
         releaseHeldIfPossible()
-        if isReadingPaused, outbound.pendingBytes <= limit / 2, let context {
+        if isReadingPaused, outbound.pendingBytes <= limit / 2 {
             isReadingPaused = false
-            context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
-            context.read()
+            resumeReadingIfAllowed()
         }
         if state == .closing, outbound.pendingBytes == 0 {
             flushOutbound()

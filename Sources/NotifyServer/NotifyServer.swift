@@ -189,7 +189,7 @@ public final class NotifyServer: Service, Sendable {
             .childChannelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
             .childChannelOption(
                 ChannelOptions.recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16_384, maximum: 1 << 20))
+                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(ClientConnection(router: router.value))

@@ -16,6 +16,9 @@ public struct ServerSnapshot: Sendable {
         public var pendingBytes: Int
         /// Notifications dropped for it under the `queue` policy or evicted from what was held for it.
         public var droppedNotifications: UInt64
+        /// The most requests (or posts that started a run) the daemon served for it in one turn of its event
+        /// loop: bounded, so that one client cannot hold the loop.
+        public var mostFramesInOneTurn: Int
     }
 
     /// The open connections.
@@ -39,7 +42,7 @@ extension SubscriptionRouter {
                 ServerSnapshot.Client(
                     number: connection.number, credentials: connection.credentials, clientName: connection.clientName,
                     subscriptions: connection.subscriptionCount, pendingBytes: connection.pendingOutboundBytes,
-                    droppedNotifications: connection.dropped)
+                    droppedNotifications: connection.dropped, mostFramesInOneTurn: connection.mostFramesInOneTurn)
             }.sorted { $0.number < $1.number },
             names: nameCount, posts: statistics.posts, deliveries: statistics.deliveries,
             dropped: statistics.dropped, outboundByteLimit: configuration.outboundByteLimit)

@@ -133,6 +133,15 @@ final class TestClient: Sendable {
         }.get()
     }
 
+    /// Writes `buffer`, then shuts down the sending side only (a half-close: the client still reads).
+    func sendAndShutdownOutput(_ buffer: ByteBuffer) async throws {
+        let channel = self.channel
+        try await channel.eventLoop.flatSubmit {
+            channel.writeAndFlush(buffer, promise: nil)
+            return channel.close(mode: .output)
+        }.get()
+    }
+
     /// Closes the connection.
     func close() async {
         try? await channel.close().get()

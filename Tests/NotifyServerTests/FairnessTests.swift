@@ -1,0 +1,60 @@
+import NIOCore
+import NotifyWire
+import Testing
+
+@testable import NotifyServer
+
+/// One connection's pipelined requests are served a bounded number per turn of the event loop, in order,
+/// whatever arrives at once: a client that sends thousands of subscriptions in one write cannot hold the
+/// loop from everyone else (issue 15: a batch of 4,096 SUBSCRIBEs stalled other clients ~90 ms).
+@Suite("Fair share of the event loop", .timeLimit(.minutes(2)))
+struct FairnessTests {
+    @Test("5,000 pipelined SUBSCRIBEs and a PING: all answered in order, at most framesPerTurn served per turn")
+    func pipelinedSubscriptionsAreServedInSlices() async throws {
+        try await withServer { server in
+            let client = try await server.connectRaw("pipeliner")
+            try await client.hello()
+            let count = 5_000
+            var frames: [ClientFrame] = (1...count).map { index in
+                .testSubscribe(
+                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "org.example.*.label\(index).>")
+            }
+            frames.append(.ping(requestID: UInt32(count + 1)))
+            var bytes = ByteBuffer()
+            for frame in frames { frame.encode(into: &bytes) }
+            try await client.sendBuffer(bytes)
+
+            for index in 1...count {
+                let frame = try await client.next()
+                guard case .ok(UInt32(index)) = frame else {
+                    throw TestFailure("expected OK(\(index)), got \(frame.summary)")
+                }
+            }
+            guard case .pong(UInt32(count + 1)) = try await client.next() else { throw TestFailure("no PONG last") }
+
+            let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "pipeliner" })
+            #expect(entry.subscriptions == count)
+            #expect(
+                entry.mostFramesInOneTurn <= ClientConnection.framesPerTurn,
+                "\(entry.mostFramesInOneTurn) frames served in one turn")
+            // The bound was reached, so the batch really was cut into slices (the test exercised the limit).
+            #expect(entry.mostFramesInOneTurn == ClientConnection.framesPerTurn)
+        }
+    }
+
+    @Test("a peer that closes its side while frames wait for the next turn still gets every answer, then EOF")
+    func halfCloseWhileDeferred() async throws {
+        try await withServer { server in
+            let client = try await server.connectRaw("half-closer")
+            try await client.hello()
+            var bytes = ByteBuffer()
+            for index in 1...2_000 { ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes) }
+            try await client.sendAndShutdownOutput(bytes)
+            for index in 1...2_000 {
+                let frame = try await client.next()
+                guard case .pong(UInt32(index)) = frame else { throw TestFailure("expected PONG(\(index)), got \(frame.summary)") }
+            }
+            #expect(try await client.expectEnd() == .endOfFile)
+        }
+    }
+}
