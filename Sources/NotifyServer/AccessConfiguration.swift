@@ -96,6 +96,9 @@ public struct AccessConfiguration: Sendable, Hashable {
         public var connectionsPerUID = 256
         /// Subscriptions of all of one user's connections.
         public var subscriptionsPerUID = 65_536
+        /// Labels of the distinct patterns of all of one user's connections: what a pattern costs the daemon in
+        /// memory (a node per label) and what a post costs to match against it (at most one visit per node).
+        public var patternLabelsPerUID = 16_384
         /// Bytes queued or held for all of a user's connections together.
         public var outboundBytesPerUID = 64 * 1024 * 1024
         /// Payload bytes of the retained notifications one user posted.
@@ -164,6 +167,7 @@ public struct AccessConfiguration: Sendable, Hashable {
         switch parts[0] {
         case "connections-per-uid": quotas.connectionsPerUID = value
         case "subscriptions-per-uid": quotas.subscriptionsPerUID = value
+        case "pattern-labels-per-uid": quotas.patternLabelsPerUID = value
         case "outbound-bytes-per-uid": quotas.outboundBytesPerUID = value
         case "retained-bytes-per-uid": quotas.retainedBytesPerUID = value
         case "state-names-per-uid": quotas.stateNamesPerUID = value
@@ -171,7 +175,7 @@ public struct AccessConfiguration: Sendable, Hashable {
             throw ConfigurationError(
                 location: location,
                 message: "unknown quota '\(parts[0])' (expected connections-per-uid, subscriptions-per-uid, "
-                    + "outbound-bytes-per-uid, retained-bytes-per-uid or state-names-per-uid)")
+                    + "pattern-labels-per-uid, outbound-bytes-per-uid, retained-bytes-per-uid or state-names-per-uid)")
         }
     }
 

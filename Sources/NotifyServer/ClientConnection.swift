@@ -84,6 +84,7 @@ final class ClientConnection: ChannelInboundHandler {
     /// Frames served through the full path, and posts continuing a run, in this turn of the event loop.
     private var turnFrames = 0
     private var turnRunPosts = 0
+    private var turnPatternVisits = 0
     /// The most full-path frames served in one turn so far (for tests: the bound holds).
     private(set) var mostFramesInOneTurn = 0
     private var account: UIDAccount?
@@ -219,13 +220,18 @@ final class ClientConnection: ChannelInboundHandler {
     static let framesPerTurn = 256
     /// Posts continuing a run served in one turn (each costs about a copy of its bytes).
     static let runPostsPerTurn = 16_384
+    /// Pattern trie nodes the frames of one connection may have matches visit in one turn: posts to names
+    /// that many patterns could match cost more than others, and are counted by that cost.
+    static let patternVisitsPerTurn = 65_536
 
     /// Decodes and serves the complete frames received so far, up to this turn's budget.
     private func serveBufferedFrames() {
         let maxPayload = Int(router.configuration.limits.maxPayloadLength)
         do throws(WireDecodingError) {
             while state == .awaitingHello || state == .open {
-                if turnFrames >= Self.framesPerTurn || turnRunPosts >= Self.runPostsPerTurn {
+                if turnFrames >= Self.framesPerTurn || turnRunPosts >= Self.runPostsPerTurn
+                    || turnPatternVisits >= Self.patternVisitsPerTurn
+                {
                     deferServing()
                     break
                 }
@@ -241,7 +247,9 @@ final class ClientConnection: ChannelInboundHandler {
                 router.endRun()
                 turnFrames += 1
                 mostFramesInOneTurn = max(mostFramesInOneTurn, turnFrames)
+                let visitsBefore = router.patternNodesVisited
                 handle(try ClientFrame.decode(type: frame.type, body: &frame.body))
+                turnPatternVisits += router.patternNodesVisited &- visitsBefore
             }
         } catch {
             router.endRun()
@@ -259,6 +267,7 @@ final class ClientConnection: ChannelInboundHandler {
             servingDeferred = false
             turnFrames = 0
             turnRunPosts = 0
+            turnPatternVisits = 0
             guard state == .awaitingHello || state == .open else { return }
             serveBufferedFrames()
             if inputClosedPending, !servingDeferred { inputClosed() }
@@ -272,6 +281,7 @@ final class ClientConnection: ChannelInboundHandler {
         if !servingDeferred {
             turnFrames = 0
             turnRunPosts = 0
+            turnPatternVisits = 0
         }
         router.flushDirtyConnections()
         context.fireChannelReadComplete()
@@ -414,12 +424,27 @@ final class ClientConnection: ChannelInboundHandler {
             reject(requestID, .permissionDenied, denial.message)
             return
         }
+        // A pattern new to this connection adds its labels to the trie, which every post may walk: charged to
+        // the user (the same pattern again on this connection adds nothing).
+        let isNewPattern = pattern.hasWildcards && patternCounts[ExactName(pattern.text)] == nil
+        let labels = isNewPattern ? PatternTrie.cost(of: pattern) : 0
+        let labelQuota = router.quotas.patternLabelsPerUID
+        if isNewPattern, let account, !account.isExempt, account.patternLabels + labels > labelQuota {
+            reject(
+                requestID, .quotaExceeded,
+                "uid \(credentials.uid)'s patterns already hold \(account.patternLabels) labels and this one has \(labels); "
+                    + "the maximum is \(labelQuota) (quota pattern-labels-per-uid)")
+            return
+        }
         account?.subscriptions += 1
         if pattern.hasWildcards {
             subscriptions[subscribe.subscriptionID] = .pattern(pattern, policy)
             let count = patternCounts[ExactName(pattern.text), default: 0]
             patternCounts[ExactName(pattern.text)] = count + 1
-            if count == 0 { router.addPattern(pattern, for: self) }
+            if count == 0 {
+                router.addPattern(pattern, for: self)
+                account?.patternLabels += labels
+            }
         } else {
             subscriptions[subscribe.subscriptionID] = .exact(pattern.text, policy)
             if !router.addSubscriber(self, to: pattern.text) {
@@ -450,7 +475,10 @@ final class ClientConnection: ChannelInboundHandler {
         case .pattern(let pattern, _):
             let count = patternCounts[ExactName(pattern.text), default: 1] - 1
             patternCounts[ExactName(pattern.text)] = count == 0 ? nil : count
-            if count == 0 { router.removePattern(pattern, for: self) }
+            if count == 0 {
+                router.removePattern(pattern, for: self)
+                account?.patternLabels -= PatternTrie.cost(of: pattern)
+            }
         case .exact(let name, _):
             if let repeated = repeatedExactNames[ExactName(name)] {
                 repeatedExactNames[ExactName(name)] = repeated == 1 ? nil : repeated - 1

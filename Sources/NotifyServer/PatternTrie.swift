@@ -33,6 +33,18 @@ final class PatternTrie {
 
     private let root = Node()
     private(set) var count = 0
+    /// Nodes below the root: the trie's memory, and the most a match can visit.
+    private(set) var nodeCount = 0
+    /// Nodes visited by matches so far (for the tests that bound a match's work).
+    private(set) var nodesVisited = 0
+
+    /// What adding `pattern` can cost: the nodes it can create, one per label (a `>` ends at its parent).
+    /// Charged to the subscriber's user (`pattern-labels-per-uid`), since a match visits each node at most once.
+    static func cost(of pattern: NotificationPattern) -> Int {
+        steps(of: pattern).reduce(0) { count, step in
+            if case .rest = step { count } else { count + 1 }
+        }
+    }
 
     /// The pattern's labels as the trie sees them. `NotificationPattern` splits on the *character* `.`, so a
     /// literal such as "a.\u{301}b" (a `.` followed by a combining mark is one character) is one label there but
@@ -66,10 +78,14 @@ final class PatternTrie {
                 } else {
                     let next = Node()
                     node.literal[key] = next
+                    nodeCount += 1
                     node = next
                 }
             case .anyLabel:
-                if node.anyLabel == nil { node.anyLabel = Node() }
+                if node.anyLabel == nil {
+                    node.anyLabel = Node()
+                    nodeCount += 1
+                }
                 node = node.anyLabel!
             case .rest:
                 node.rest.append(connection)
@@ -101,10 +117,14 @@ final class PatternTrie {
                 count -= 1
             }
         case .anyLabel:
-            if let child = node.anyLabel, remove(steps.dropFirst(), connection, from: child) { node.anyLabel = nil }
+            if let child = node.anyLabel, remove(steps.dropFirst(), connection, from: child) {
+                node.anyLabel = nil
+                nodeCount -= 1
+            }
         case .literal(let key):
             if let child = node.literal[key], remove(steps.dropFirst(), connection, from: child) {
                 node.literal.removeValue(forKey: key)
+                nodeCount -= 1
             }
         }
         return node.isEmpty
@@ -144,6 +164,7 @@ final class PatternTrie {
             while labelEnd < name.count, name[labelEnd] != UInt8(ascii: ".") { labelEnd += 1 }
             let next = labelEnd + 1
 
+            nodesVisited &+= 1
             // No hashing at all for nodes that only have wildcard children.
             let literalChild =
                 node.literal.isEmpty
@@ -159,6 +180,7 @@ final class PatternTrie {
             }
             labelStart = next
         }
+        nodesVisited &+= 1
         if !node.terminal.isEmpty {
             for connection in node.terminal { body(connection) }
         }

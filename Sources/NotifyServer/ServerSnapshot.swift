@@ -33,6 +33,8 @@ public struct ServerSnapshot: Sendable {
     public var dropped: UInt64
     /// The per-connection bound on pending bytes.
     public var outboundByteLimit: Int
+    /// Nodes of the pattern trie: the memory all patterns take, and the most one match can visit.
+    public var patternNodes: Int
 }
 
 extension SubscriptionRouter {
@@ -45,6 +47,7 @@ extension SubscriptionRouter {
                     droppedNotifications: connection.dropped, mostFramesInOneTurn: connection.mostFramesInOneTurn)
             }.sorted { $0.number < $1.number },
             names: nameCount, posts: statistics.posts, deliveries: statistics.deliveries,
-            dropped: statistics.dropped, outboundByteLimit: configuration.outboundByteLimit)
+            dropped: statistics.dropped, outboundByteLimit: configuration.outboundByteLimit,
+            patternNodes: patternNodeCount)
     }
 }

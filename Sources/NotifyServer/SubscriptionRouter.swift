@@ -62,6 +62,12 @@ final class SubscriptionRouter {
 
     private var exact: [ExactName: Subscribers] = [:]
     private let patterns = PatternTrie()
+
+    /// Pattern trie nodes visited by matches so far: the routing work a connection's frames cost (see
+    /// ``ClientConnection/patternVisitsPerTurn``).
+    var patternNodesVisited: Int { patterns.nodesVisited }
+    /// Pattern trie nodes: what all patterns cost in memory, and the most one match can visit.
+    var patternNodeCount: Int { patterns.nodeCount }
     private(set) var connections: [ObjectIdentifier: ClientConnection] = [:]
     private var accounts: [UInt32: UIDAccount] = [:]
     /// Connections with bytes appended since their last flush.

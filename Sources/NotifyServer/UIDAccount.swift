@@ -3,6 +3,8 @@ final class UIDAccount {
     let uid: UInt32
     var connections = 0
     var subscriptions = 0
+    /// Labels of this user's patterns in the pattern trie (see ``PatternTrie/cost(of:)``).
+    var patternLabels = 0
     /// Bytes queued or held for all of this user's connections.
     var outboundBytes = 0
     var retainedBytes = 0

@@ -57,4 +57,46 @@ struct FairnessTests {
             #expect(try await client.expectEnd() == .endOfFile)
         }
     }
+
+    @Test("posts that many patterns match count by their matching work: the poster is served a few per turn")
+    func expensiveMatchesAreServedInSlices() async throws {
+        try await withServer { server in
+            // Root: no pattern quota. 4,096 patterns of 16 one-letter labels, all matching one name and
+            // branching at every level: a post to that name visits tens of thousands of trie nodes.
+            let subscriber = try await server.connectRaw("patterns")
+            try await subscriber.hello()
+            var subscribes = ByteBuffer()
+            for index in 0..<4_096 {
+                let labels = (0..<16).map { (index >> ($0 % 12)) & 1 == 1 ? "*" : "l" }
+                ClientFrame.testSubscribe(
+                    requestID: UInt32(index + 1), subscriptionID: UInt32(index + 1), name: labels.joined(separator: "."))
+                    .encode(into: &subscribes)
+            }
+            try await subscriber.sendBuffer(subscribes)
+            for _ in 0..<4_096 { guard case .ok = try await subscriber.next() else { throw TestFailure("SUBSCRIBE refused") } }
+
+            let poster = try await server.connectRaw("poster")
+            try await poster.hello()
+            let name = Array(repeating: "l", count: 16).joined(separator: ".")
+            var posts = ByteBuffer()
+            for index in 1...100 {
+                ClientFrame.post(.init(requestID: UInt32(index), flags: .ackWanted, name: name, payload: ByteBuffer()))
+                    .encode(into: &posts)
+            }
+            try await poster.sendBuffer(posts)
+            for index in 1...100 {
+                let frame = try await poster.next()
+                guard case .posted(UInt32(index), _, 1) = frame else { throw TestFailure("expected POSTED(\(index)) to 1, got \(frame.summary)") }
+            }
+            let snapshot = try await server.snapshot()
+            let entry = try #require(snapshot.clients.first { $0.clientName == "poster" })
+            // A match of this name visits every node; a turn allows patternVisitsPerTurn visits, so a few posts
+            // per turn (plus the one that crosses the bound), not all 100.
+            let perTurn = 2 + ClientConnection.patternVisitsPerTurn / snapshot.patternNodes
+            #expect(snapshot.patternNodes > 20_000, "\(snapshot.patternNodes) nodes")
+            #expect(
+                entry.mostFramesInOneTurn <= perTurn,
+                "\(entry.mostFramesInOneTurn) costly posts served in one turn; at most \(perTurn) expected")
+        }
+    }
 }

@@ -360,6 +360,7 @@ struct Issue4AccessRuleTests {
             quota outbound-bytes-per-uid 5
             quota retained-bytes-per-uid 6
             quota state-names-per-uid 7
+            quota pattern-labels-per-uid 8
             """
         let configuration = try AccessConfiguration.parse(text, source: "ok.conf")
         #expect(
@@ -374,6 +375,7 @@ struct Issue4AccessRuleTests {
         quotas.outboundBytesPerUID = 5
         quotas.retainedBytesPerUID = 6
         quotas.stateNamesPerUID = 7
+        quotas.patternLabelsPerUID = 8
         #expect(configuration.quotas == quotas)
         #expect(AccessConfiguration.Quotas() == {
             var defaults = AccessConfiguration.Quotas()
@@ -382,6 +384,7 @@ struct Issue4AccessRuleTests {
             defaults.outboundBytesPerUID = 64 * 1_024 * 1_024
             defaults.retainedBytesPerUID = 16 * 1_024 * 1_024
             defaults.stateNamesPerUID = 10_000
+            defaults.patternLabelsPerUID = 16_384
             return defaults
         }(), "the documented defaults (PROTOCOL.md § 11.2)")
     }

@@ -70,6 +70,35 @@ struct Issue4QuotaTests {
         }
     }
 
+    @Test("pattern-labels-per-uid: a pattern's labels are charged to its user over all connections; exact names and a repeated pattern cost nothing; freed by UNSUBSCRIBE and by closing; root is exempt")
+    func patternLabels() async throws {
+        try await withIssue4Server({ $0.access.quotas.patternLabelsPerUID = 10 }) { server in
+            let alice1 = try await server.connect("alice-1", as: .alice)
+            let alice2 = try await server.connect("alice-2", as: .alice)
+            try await alice1.subscribe("q.*.a.>", id: 1)  // 3 labels (q, *, a; `>` ends at its parent)
+            try await alice1.subscribe("q.*.a.>", id: 2)  // the same pattern again on this connection: free
+            try await alice1.subscribe("exact.name.with.five.labels", id: 3)  // exact names are not in the trie
+            try await alice2.subscribe("r.*.b.c.d", id: 1)  // 5 labels: 8 in all
+            let refused = try await alice2.subscribeRefused("s.*.t", id: 2)  // 3 more would make 11
+            #expect(refused.code == .quotaExceeded && !refused.closesConnection)
+            #expect(
+                refused.message
+                    == "uid 4201's patterns already hold 8 labels and this one has 3; the maximum is 10 (quota pattern-labels-per-uid)")
+            try await alice2.subscribe("s.*", id: 3)  // 2 labels: exactly 10
+
+            let root = try await server.connect("root")
+            for id in 1...20 { try await root.subscribe("root.*.\(id).>", id: UInt32(id)) }
+
+            try await alice1.unsubscribe(id: 1)  // the pattern is still held by subscription 2
+            #expect(try await alice1.subscribeRefused("u.*", id: 4).code == .quotaExceeded)
+            try await alice1.unsubscribe(id: 2)  // now its 3 labels are free
+            try await alice1.subscribe("u.*.v", id: 4)
+            await alice2.close()
+            try await server.waitForStatus("alice-2 closed") { $0.connections == 2 }
+            try await alice1.subscribe("w.*.x.y.z", id: 5)  // alice-2's 7 labels came back
+        }
+    }
+
     @Test("outbound-bytes-per-uid: two stalled connections of one uid together stay within it, while another uid's subscriber receives everything")
     func outboundBytes() async throws {
         let perConnection = 128 * 1_024
