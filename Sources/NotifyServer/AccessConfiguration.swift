@@ -17,18 +17,26 @@ import NotifyWire
 /// quota outbound-bytes-per-uid 67108864
 /// quota retained-bytes-per-uid 16777216
 /// quota state-names-per-uid 10000
+/// user-names observe=owner
 /// ```
 public struct AccessConfiguration: Sendable, Hashable {
     /// Reserved prefixes; the longest matching prefix decides.
     public var rules: [PrefixRule]
     /// Per-user limits (root is exempt).
     public var quotas: Quotas
+    /// Who may observe (subscribe to, list, read the state of) a user's `user.<uid>.` names: `.owner` (that uid
+    /// and root: the default, as Darwin keeps `user.uid.` names private) or `.all` (`user-names observe=all`).
+    public var userNamesObserve: Permission
 
     /// Creates a configuration.
-    public init(rules: [PrefixRule] = [], quotas: Quotas = Quotas()) {
+    public init(rules: [PrefixRule] = [], quotas: Quotas = Quotas(), userNamesObserve: Permission = .owner) {
         self.rules = rules
         self.quotas = quotas
+        self.userNamesObserve = userNamesObserve
     }
+
+    /// The `source` of the built-in rule for `user.<uid>.` names.
+    public static let builtInSource = "built-in rule"
 
     /// Who may do something under a reserved prefix (root always may).
     public enum Permission: String, Sendable, Hashable {
@@ -126,8 +134,18 @@ public struct AccessConfiguration: Sendable, Hashable {
                 configuration.rules.append(try parseRule(words.dropFirst(), location))
             case "quota":
                 try parseQuota(words.dropFirst(), location, into: &configuration.quotas)
+            case "user-names":
+                guard words.count == 2, words[1].hasPrefix("observe="),
+                    let permission = Permission(rawValue: String(words[1].dropFirst("observe=".count))),
+                    permission == .owner || permission == .all
+                else {
+                    throw ConfigurationError(
+                        location: location, message: "user-names takes observe=owner (the default) or observe=all")
+                }
+                configuration.userNamesObserve = permission
             default:
-                throw ConfigurationError(location: location, message: "unknown keyword '\(keyword)' (expected reserve or quota)")
+                throw ConfigurationError(
+                    location: location, message: "unknown keyword '\(keyword)' (expected reserve, quota or user-names)")
             }
         }
         return configuration

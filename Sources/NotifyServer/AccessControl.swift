@@ -7,6 +7,10 @@ import NotifyWire
 
 /// Decides who may post, set state and observe which names: the built-in `user.<uid>.` rule and the reserved
 /// prefixes of the configuration file (longest prefix wins). Root may do everything.
+///
+/// The built-in rule acts as a rule for the prefix `user.<uid>` owned by that uid: only it may post, and who may
+/// observe is ``AccessConfiguration/userNamesObserve`` (only it, by default). A configured rule with a longer
+/// prefix decides what it covers.
 struct AccessControl {
     let configuration: AccessConfiguration
 
@@ -17,14 +21,37 @@ struct AccessControl {
 
     /// The rule covering `name`, if any: the one with the longest prefix.
     func rule(for name: String) -> AccessConfiguration.PrefixRule? {
+        ruleCovering(name, userOwner: Self.userNamespaceOwner(of: name))
+    }
+
+    /// The rule covering every name that starts with the labels `prefix` followed by more labels (a pattern's
+    /// literal prefix), if any.
+    func rule(forNamesBelow prefix: String) -> AccessConfiguration.PrefixRule? {
+        ruleCovering(prefix, userOwner: Self.userNamespaceOwner(of: prefix + ".x"))
+    }
+
+    private func ruleCovering(_ name: String, userOwner: UInt32?) -> AccessConfiguration.PrefixRule? {
         var best: AccessConfiguration.PrefixRule?
         for rule in configuration.rules where rule.covers(name) {
             if best == nil || rule.prefix.utf8.count > best!.prefix.utf8.count { best = rule }
         }
-        return best
+        guard let owner = userOwner else { return best }
+        let prefix = "user.\(owner)"
+        if let best, best.prefix.utf8.count > prefix.utf8.count { return best }
+        return AccessConfiguration.PrefixRule(
+            prefix: prefix, ownerUID: owner, groupGID: owner, post: .owner, observe: configuration.userNamesObserve,
+            source: AccessConfiguration.builtInSource)
     }
 
-    var hasRules: Bool { !configuration.rules.isEmpty }
+    /// Whether a name may fall under a rule at all: the routing of other names skips the lookup.
+    func mayBeRestricted(_ name: String) -> Bool {
+        !configuration.rules.isEmpty || (configuration.userNamesObserve != .all && name.utf8.starts(with: "user.".utf8))
+    }
+
+    /// How a denial names the rule: `rule at notifyd.conf:3`, or `built-in rule`.
+    static func reference(to rule: AccessConfiguration.PrefixRule) -> String {
+        rule.source == AccessConfiguration.builtInSource ? rule.source : "rule at \(rule.source)"
+    }
 
     /// Whether `peer` may post under `name` or set its state (`action` names the operation in the message).
     func checkPost(_ name: String, by peer: Peer, action: String) -> Denial? {
@@ -37,7 +64,7 @@ struct AccessControl {
         guard let rule = rule(for: name), !allows(rule.post, rule, peer) else { return nil }
         return Denial(
             message: "permission denied: \(who(rule.post, rule)) may \(action) names under '\(rule.prefix)' "
-                + "(rule at \(rule.source)); you are uid \(peer.uid)")
+                + "(\(Self.reference(to: rule))); you are uid \(peer.uid)")
     }
 
     /// Whether `peer` may subscribe to `pattern`. A pattern that reaches into a prefix the peer may not observe
@@ -46,7 +73,10 @@ struct AccessControl {
     func checkObserve(_ pattern: NotificationPattern, by peer: Peer) -> Denial? {
         if peer.uid == 0 { return nil }
         let literal = pattern.literalPrefix
-        guard !literal.isEmpty, let rule = rule(for: literal), !allows(rule.observe, rule, peer) else { return nil }
+        guard !literal.isEmpty,
+            let rule = pattern.hasWildcards ? rule(forNamesBelow: literal) : rule(for: literal),
+            !allows(rule.observe, rule, peer)
+        else { return nil }
         // Only refuse when no longer rule below the literal prefix could allow it.
         let deeper = configuration.rules.contains { other in
             other.prefix.utf8.count > rule.prefix.utf8.count && AccessConfiguration.PrefixRule.isLabelPrefix(literal, of: other.prefix)
@@ -54,7 +84,7 @@ struct AccessControl {
         if deeper { return nil }
         return Denial(
             message: "permission denied: \(who(rule.observe, rule)) may observe names under '\(rule.prefix)' "
-                + "(rule at \(rule.source)); you are uid \(peer.uid)")
+                + "(\(Self.reference(to: rule))); you are uid \(peer.uid)")
     }
 
     /// Whether `peer` may receive a notification covered by `rule`.

@@ -567,7 +567,9 @@ final class ClientConnection: ChannelInboundHandler {
             return
         }
         if let rule = router.access.rule(for: name), !router.access.mayObserve(rule, peer) {
-            reject(requestID, .permissionDenied, "permission denied: you may not observe names under '\(rule.prefix)' (rule at \(rule.source))")
+            reject(
+                requestID, .permissionDenied,
+                "permission denied: you may not observe names under '\(rule.prefix)' (\(AccessControl.reference(to: rule)))")
             return
         }
         reply(.state(requestID: requestID, value: router.state(of: name)))

@@ -219,7 +219,7 @@ final class SubscriptionRouter {
     ) {
         routeMark &+= 1
         let mark = routeMark
-        let rule = access.hasRules ? access.rule(for: name) : nil
+        let rule = access.mayBeRestricted(name) ? access.rule(for: name) : nil
         let restricted = rule.map { $0.observe != .all } ?? false
         func offer(_ connection: ClientConnection) {
             guard connection.routeMark != mark else { return }

@@ -15,13 +15,20 @@ extension Integration {
         static let nobody: (uid: UInt32, gid: UInt32) = (65_534, 65_534)
         static let other: (uid: UInt32, gid: UInt32) = (1_001, 1_001)
 
-        @Test("user.<uid>. names: the owner and root may post, another uid is refused naming the built-in rule, anyone may observe")
+        @Test("user.<uid>. names: the owner and root may post and observe, another uid is refused both, naming the built-in rule")
         func userNames() async throws {
             try await withIntegrationScope { scope in
                 let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666"])
                 let socket = ["--socket", scope.socketPath]
+                let refusedListen = try await scope.runAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["listen", "user.65534.>", "--count", "1"] + socket)
+                #expect(refusedListen.termination == .exited(1), "\(refusedListen.diagnostics)")
+                #expect(
+                    refusedListen.stderrText.contains(
+                        "only uid 65534 and root may observe names under 'user.65534' (built-in rule); you are uid 1001"),
+                    "\(refusedListen.diagnostics)")
                 let listen = try scope.launchAs(
-                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["listen", "user.65534.>", "--json", "--count", "2"] + socket)
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["listen", "user.65534.>", "--json", "--count", "2"] + socket)
                 try await listen.waitForLine(containing: "listening for", on: .stderr)
 
                 let own = try await scope.runAs(
@@ -42,7 +49,7 @@ extension Integration {
                 #expect(lines.map(\.payload) == ["from nobody", "from root"], "the refused post reached nobody")
                 #expect(lines.map(\.uid) == [65_534, 0], "sender uids from the kernel")
 
-                // The same rule for state values; anyone may read them.
+                // The same rule for state values, which only the owner and root may read.
                 let setOwn = try await scope.runAs(
                     uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["state", "set", "user.65534.level", "3"] + socket)
                 #expect(setOwn.termination == .exited(0), "\(setOwn.diagnostics)")
@@ -51,8 +58,11 @@ extension Integration {
                 #expect(setOther.termination == .exited(1), "\(setOther.diagnostics)")
                 #expect(setOther.stderrText.contains("may set the state of names under 'user.65534.' (built-in rule)"), "\(setOther.diagnostics)")
                 let get = try await scope.runAs(
-                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["state", "get", "user.65534.level"] + socket)
+                    uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["state", "get", "user.65534.level"] + socket)
                 #expect(get.stdoutLines == ["3"], "\(get.diagnostics)")
+                let getOther = try await scope.runAs(
+                    uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["state", "get", "user.65534.level"] + socket)
+                #expect(getOther.termination == .exited(1), "\(getOther.diagnostics)")
                 let setOwn1001 = try await scope.runAs(
                     uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["state", "set", "user.1001.level", "5"] + socket)
                 #expect(setOwn1001.termination == .exited(0), "\(setOwn1001.diagnostics)")

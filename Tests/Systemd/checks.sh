@@ -134,6 +134,9 @@ else
     esac
 fi
 check "alice may post under user.1000." as alice notifyctl post user.1000.secret x
+# bob_cannot_listen: exits 0 when bob's listen is refused (user names are private by default).
+bob_cannot_listen() { ! as bob notifyctl listen user.1000.secret --count 1 --timeout 5 >/dev/null 2>&1; }
+check "bob may not observe user.1000. names (private by default)" bob_cannot_listen
 if wait_for 10 sh -c "journalctl -u notifyd --since @$since -o json | grep '\"PRIORITY\":\"5\"' | grep -q '\"UID\":\"1001\"'"; then
     line=$(journalctl -u notifyd --since "@$since" -o json | grep '"PRIORITY":"5"' | grep '"UID":"1001"' | head -1)
     ok=1

@@ -29,20 +29,28 @@ struct Issue4AccessRuleTests {
 
     // MARK: Built-in rule
 
-    @Test("user.<uid>. names: the owner and root may post, another uid is refused naming the built-in rule, anyone may observe")
+    @Test("user.<uid>. names are private by default: the owner and root may post and observe, another uid is refused both, naming the built-in rule")
     func userNames() async throws {
         try await withIssue4Server { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             let root = try await server.connect("root")
-            try await bob.subscribe("user.4201.>", id: 1)
-            try await bob.subscribe("user.4201.inbox", id: 2)
+            let refused = try await bob.subscribeRefused("user.4201.>", id: 1)
+            #expect(refused.code == .permissionDenied && !refused.closesConnection)
+            #expect(
+                refused.message
+                    == "permission denied: only uid 4201 and root may observe names under 'user.4201' (built-in rule); you are uid 4202")
+            #expect(try await bob.subscribeRefused("user.4201.inbox", id: 2).code == .permissionDenied)
+            #expect(try await bob.subscribeRefused("user.4201.*", id: 2).code == .permissionDenied)
+            try await alice.subscribe("user.4201.>", id: 1)
+            try await root.subscribe("user.4201.inbox", id: 1)
 
             let own = try await alice.post("user.4201.inbox", "from alice")
-            #expect(own.delivered == 1, "bob observes alice's names")
-            #expect(try await bob.nextNotification().sender.uid == 4201)
+            #expect(own.delivered == 2, "alice and root observe alice's names")
+            #expect(own.before.count == 1, "alice's own copy arrives before POSTED")
+            #expect(try await root.nextNotification().sender.uid == 4201)
             let byRoot = try await root.post("user.4201.inbox", "from root")
-            #expect(try await bob.nextNotification().sequence == byRoot.sequence)
+            #expect(try await alice.nextNotification().sequence == byRoot.sequence)
 
             let denied = try await bob.postRefused("user.4201.inbox", "from bob")
             #expect(denied.code == .permissionDenied)
@@ -53,7 +61,7 @@ struct Issue4AccessRuleTests {
             try await bob.expectQuiet("the refused post reached nobody, not even bob's own subscription")
             let deniedRetain = try await bob.postRefused("user.4201.status", "x", retain: true)
             #expect(deniedRetain.code == .permissionDenied)
-            let retained = try await root.subscribe("user.4201.status", id: 1, retained: true)
+            let retained = try await root.subscribe("user.4201.status", id: 2, retained: true)
             #expect(retained.isEmpty, "a refused post is not retained")
 
             #expect(try await bob.postRefused("user.4201.a.b.c").code == .permissionDenied, "every name below user.4201.")
@@ -64,7 +72,44 @@ struct Issue4AccessRuleTests {
             ] {
                 try await bob.post(name)
             }
-            try await bob.post("user.4202.inbox", "bob's own")
+            try await alice.expectQuiet("none of those is alice's")
+
+            // A pattern that also matches others' names is allowed, and filtered name by name.
+            try await bob.subscribe("user.>", id: 3)
+            #expect(try await alice.post("user.4201.inbox", "private").delivered == 2)
+            try await bob.expectQuiet("bob's user.> does not reach alice's names")
+            let bobs = try await bob.post("user.4202.inbox", "bob's own")
+            #expect(bobs.delivered == 1 && bobs.before.count == 1, "bob's user.> gets his own names")
+            #expect(try await bob.post("user.alice.inbox").delivered == 1, "and ordinary names under user.")
+        }
+    }
+
+    @Test("user-names observe=all: every user may observe (not post to) another's user.<uid>. names")
+    func userNamesPublic() async throws {
+        try await withIssue4Server({ $0.access.userNamesObserve = .all }) { server in
+            let alice = try await server.connect("alice", as: .alice)
+            let bob = try await server.connect("bob", as: .bob)
+            try await bob.subscribe("user.4201.>", id: 1)
+            #expect(try await alice.post("user.4201.inbox", "from alice").delivered == 1)
+            #expect(try await bob.nextNotification().sender.uid == 4201)
+            try await alice.setState("user.4201.mood", 2)
+            #expect(try await bob.state(of: "user.4201.mood") == 2)
+            #expect(try await bob.postRefused("user.4201.inbox").code == .permissionDenied)
+        }
+    }
+
+    @Test("user-names: observe=owner and observe=all parse; anything else names the line")
+    func userNamesConfiguration() throws {
+        #expect(try AccessConfiguration.parse("user-names observe=all", source: "u.conf").userNamesObserve == .all)
+        #expect(try AccessConfiguration.parse("user-names observe=owner", source: "u.conf").userNamesObserve == .owner)
+        #expect(try AccessConfiguration.parse("", source: "u.conf").userNamesObserve == .owner, "private by default")
+        for text in ["user-names observe=group", "user-names", "user-names post=all", "user-names observe=all extra"] {
+            #expect(throws: ConfigurationError.self, "\(text)") { try AccessConfiguration.parse(text, source: "u.conf") }
+            do {
+                _ = try AccessConfiguration.parse(text, source: "u.conf")
+            } catch {
+                #expect(error.description == "u.conf:1: user-names takes observe=owner (the default) or observe=all")
+            }
         }
     }
 

@@ -595,6 +595,11 @@ final class RawPeer: Sendable {
         return value
     }
 
+    /// `GET_STATE`, expecting `ERROR`.
+    func stateRefused(of name: String) async throws -> ErrorFrame {
+        try await expectError("GET_STATE '\(name)'") { .getState(requestID: $0, name: name) }
+    }
+
     /// A `QUERY`, decoded from its JSON answer.
     func query<T: Decodable>(_ type: T.Type, _ kind: QueryKind, _ argument: String = "") async throws -> T {
         let (reply, _) = try await request { .query(requestID: $0, kind: kind.rawValue, argument: argument) }

@@ -53,7 +53,7 @@ struct Issue4StateValueTests {
         }
     }
 
-    @Test("user.<uid>. state: that uid and root may set it, another uid is refused naming the built-in rule, anyone reads it")
+    @Test("user.<uid>. state: that uid and root may set and read it, another uid is refused both, naming the built-in rule")
     func userNamespace() async throws {
         try await withIssue4Server { server in
             let alice = try await server.connect("alice", as: .alice)
@@ -67,12 +67,16 @@ struct Issue4StateValueTests {
             #expect(
                 denied.message
                     == "permission denied: only uid 4201 and root may set the state of names under 'user.4201.' (built-in rule); you are uid 4202")
-            #expect(try await bob.state(of: "user.4201.mood") == 1, "the refused SET_STATE changed nothing; bob may read")
+            #expect(try await alice.state(of: "user.4201.mood") == 1, "the refused SET_STATE changed nothing")
+            let unreadable = try await bob.stateRefused(of: "user.4201.mood")
+            #expect(unreadable.code == .permissionDenied && !unreadable.closesConnection)
+            #expect(unreadable.message == "permission denied: you may not observe names under 'user.4201' (built-in rule)")
 
             try await root.setState("user.4201.mood", 3)
             #expect(try await alice.state(of: "user.4201.mood") == 3, "root may set any user's state")
+            #expect(try await root.state(of: "user.4201.mood") == 3, "and read it")
             try await bob.setState("user.4202.mood", 4)
-            #expect(try await alice.state(of: "user.4202.mood") == 4)
+            #expect(try await bob.state(of: "user.4202.mood") == 4)
 
             // Only the canonical decimal form names a uid; fewer than three labels is an ordinary name.
             try await bob.setState("user.04201.mood", 5)
