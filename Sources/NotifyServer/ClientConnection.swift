@@ -866,6 +866,24 @@ final class ClientConnection: ChannelInboundHandler {
     /// the clients of a restarting daemon do not all come back at once; then the connection closes.
     ///
     /// - Returns: a future that completes when the channel has closed.
+    /// Serves every whole frame already received, whatever the per-turn budget: the first step of a graceful
+    /// shutdown, for every connection before any gets its `GOODBYE`, so that a post the daemon has taken from
+    /// its socket reaches every subscriber. (A connection whose groups are still being looked up has been served
+    /// nothing yet and is left so.)
+    func serveReceivedFrames() {
+        guard state == .awaitingHello || state == .open, !awaitingIdentity else { return }
+        servingDeferred = false
+        while state == .awaitingHello || state == .open, accumulator.bufferedBytes > 0 {
+            turnFrames = 0
+            turnRunPosts = 0
+            turnPatternVisits = 0
+            let before = accumulator.bufferedBytes
+            serveBufferedFrames()
+            if accumulator.bufferedBytes == before { break }  // only a partial frame is left
+        }
+        servingDeferred = false
+    }
+
     func beginShutdown() -> EventLoopFuture<Void> {
         guard let context else { return router.eventLoop.makeSucceededVoidFuture() }
         if state == .awaitingHello || state == .open {

@@ -233,7 +233,8 @@ public final class NotifyServer: Service, Sendable {
     private func closeClients(router: NIOLoopBound<SubscriptionRouter>, on eventLoop: EventLoop) async {
         let deadline = TimeAmount.nanoseconds(Int64(configuration.shutdownDeadlineSeconds * 1e9))
         let closed: EventLoopFuture<Void> = eventLoop.flatSubmit {
-            let connections = Array(router.value.connections.values)
+            let connections = router.value.connections.values.sorted { $0.number < $1.number }
+            for connection in connections { connection.serveReceivedFrames() }
             let futures = connections.map { $0.beginShutdown() }
             router.value.flushDirtyConnections()
             return EventLoopFuture.andAllComplete(futures, on: eventLoop)
