@@ -545,6 +545,11 @@ class Settings:
         self.held_reps = 1 if smoke else (2 if quick else 5)
         self.held_posts = 5_000 if smoke else (1_000_000 if quick else 2_000_000)
         self.held_policies = ["queue:unbounded", "queue:100000", "queue:1000", "coalesce"]
+        # Issue 15 item 3: another uid's slow subscriber and flood against one user's round trip.
+        self.hostile_reps = 1 if smoke else (2 if quick else 5)
+        self.hostile_seconds = 1.0 if smoke else 3.0
+        self.hostile_iterations = 300 if smoke else 20_000
+        self.hostile_posts = 20_000 if smoke else 50_000_000
 
 
 def window_for(payload: int) -> int:
@@ -925,6 +930,101 @@ def scenario_unthrottled_stopped(ctx: Context, systems: list[System], results: d
         except Exception as e:  # noqa: BLE001
             out.append({"system": system.key, "error": str(e)[-500:]})
     results["unthrottled_stopped"] = out
+
+
+ATTACKER_UID = 65534
+
+
+def run_hostile_rtt(ctx: Context, system: System, attacked: bool) -> dict:
+    """One round-trip run of a "victim" user (this process's uid) while, if `attacked`, uid 65534 holds a
+    SIGSTOPped queue(100000) subscriber and floods its name with 16-byte posts from an unthrottled poster."""
+    s = ctx.settings
+    board = Board(ctx.tmp, 2, "hostile-rtt")
+    attack_board = Board(ctx.tmp, 1, "hostile-flood")
+    procs: list[subprocess.Popen] = []
+    as_attacker = ["setpriv", f"--reuid={ATTACKER_UID}", f"--regid={ATTACKER_UID}", "--clear-groups", "--"]
+    try:
+        flood = victim = None
+        if attacked:
+            os.chmod(attack_board.path, 0o666)
+            victim = spawn(as_attacker + system.c_cmd("sub", "--board", str(attack_board.path), "--slot", "0",
+                                                      "--slots", "1", "--name", "hostile.flood",
+                                                      "--policy", "queue:100000"))
+            procs.append(victim)
+            attack_board.wait_ready(range(1), [victim])
+            os.kill(victim.pid, signal.SIGSTOP)
+            flood = spawn(as_attacker + system.c_cmd("flood", "--board", str(attack_board.path), "--subs", "1",
+                                                     "--name", "hostile.flood", "--posts", str(s.hostile_posts),
+                                                     "--payload", "16", "--max-seconds", str(s.hostile_seconds + 2),
+                                                     "--drain-seconds", "0.1", "--quiet-seconds", "0.1",
+                                                     "--ignore-slot", "0"))
+            procs.append(flood)
+            time.sleep(0.3)  # the poster is connected and writing; the victim's backlog is being held
+        pong = spawn(system.c_cmd("pong", "--board", str(board.path), "--slot", "1", "--slots", "2"))
+        procs.append(pong)
+        ping = spawn(system.c_cmd("ping", "--board", str(board.path), "--slot", "0", "--slots", "2",
+                                  "--iterations", str(s.hostile_iterations), "--warmup", "200", "--payload", "64",
+                                  "--max-seconds", str(s.hostile_seconds)))
+        result, err = finish(ping, timeout=s.hostile_seconds + 60)
+        board.stop()
+        finish(pong, timeout=10)
+        if result is None:
+            raise RuntimeError(err[-500:])
+        if flood is not None:
+            result["attack_still_posting"] = flood.poll() is None
+        return result
+    finally:
+        board.stop()
+        attack_board.stop()
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                    p.kill()
+                except OSError:
+                    pass
+            finish(p, timeout=10)
+        board.close()
+        attack_board.close()
+
+
+def scenario_hostile(ctx: Context, systems: list[System], results: dict) -> None:
+    """Issue 15 item 3: one user's round trip through notifyd, idle and while another uid (65534) runs a
+    SIGSTOPped queue(100000) subscriber plus an unthrottled poster of 16-byte notifications to its name;
+    alternating runs on one fresh instance. Needs root (setpriv); the socket directory is opened to the attacker."""
+    s = ctx.settings
+    system = next((x for x in systems if x.key == "notifyd-c"), None)
+    if system is None:
+        return
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        results["hostile"] = {"skipped": "needs root and setpriv to run the attacker as uid 65534"}
+        return
+    log("hostile user: round trips idle and under another uid's slow-subscriber attack")
+    os.chmod(ctx.tmp, 0o711)
+    idle, attacked = [], []
+    try:
+        system.restart()
+        for rep in range(s.hostile_reps):
+            for under_attack in (False, True):
+                try:
+                    r = run_hostile_rtt(ctx, system, under_attack)
+                except Exception as e:  # noqa: BLE001
+                    r = {"error": str(e)[-500:]}
+                (attacked if under_attack else idle).append(r)
+    except Exception as e:  # noqa: BLE001
+        results["hostile"] = {"error": str(e)[-500:]}
+        return
+    entry: dict = {"system": system.key, "attacker_uid": ATTACKER_UID, "posts": s.hostile_posts, "payload": 16}
+    for label_, runs in (("idle", idle), ("attacked", attacked)):
+        ok = [r for r in runs if "error" not in r]
+        entry[label_] = {"runs": len(ok), "failed_runs": len(runs) - len(ok),
+                         "errors": [r["error"][:200] for r in runs if "error" in r][:2]}
+        for key in ("p50_us", "p99_us", "p999_us", "max_us"):
+            if ok:
+                entry[label_][key] = statistics.median(r[key] for r in ok)
+        if label_ == "attacked":
+            entry[label_]["attack_outlasted_runs"] = sum(1 for r in ok if r.get("attack_still_posting"))
+    results["hostile"] = entry
 
 
 def median_run(runs: list[dict], key: str) -> dict:
@@ -1424,6 +1524,13 @@ def issue13_targets(results: dict) -> list[dict]:
                 if r and p:
                     note = f"{fmt_rate(r['delivered_per_s']['median'])} vs {fmt_rate(p['delivered_per_s']['median'])}"
                 add(f"unthrottled {policy} S={n}: median throughput / {label} (native)", value, threshold, "higher", note)
+    hostile = results.get("hostile") or {}
+    if hostile.get("idle", {}).get("p99_us") and hostile.get("attacked", {}).get("p99_us"):
+        idle, attacked = hostile["idle"], hostile["attacked"]
+        add("issue 15 · another uid's slow subscriber + flood: round-trip p99 under attack / idle",
+            attacked["p99_us"] / idle["p99_us"], 2.0, "lower",
+            f"p50 {idle['p50_us']:.0f} → {attacked['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {attacked['p99_us']:.0f} µs, "
+            f"{attacked['runs']} + {idle['runs']} runs")
     st = find(results.get("unthrottled_stopped", []), system="notifyd-c")
     if st:
         add("unthrottled, SIGSTOPped queue(100000) subscriber: others' median throughput / without it",
@@ -1667,6 +1774,28 @@ def render_markdown(data: dict) -> str:
                          f"{fmt_rate(pps.get('median'))} | {fmt((g.get('median') or 0) / 1024, 1, ' MiB')} |")
         lines.append("")
 
+    hostile = res.get("hostile") or {}
+    if hostile.get("idle"):
+        lines.append("**10 · A hostile user** (issue 15: uid 65534 holds a SIGSTOPped queue(100000) subscriber and floods "
+                     "its name with 16-byte posts from an unthrottled poster; another user's round trips, 64 B, through "
+                     "the same daemon; alternating runs, medians)")
+        lines.append("")
+        lines.append("| round trips | runs | p50 | p99 | p99.9 | max |")
+        lines.append("|---|---|---|---|---|---|")
+        for key, title in (("idle", "idle"), ("attacked", "under attack")):
+            h = hostile[key]
+            lines.append(f"| {title} | {h['runs']}{(' (' + str(h['failed_runs']) + ' failed)') if h.get('failed_runs') else ''} | "
+                         f"{fmt(h.get('p50_us'), 1)} µs | {fmt(h.get('p99_us'), 1)} µs | {fmt(h.get('p999_us'), 1)} µs | "
+                         f"{fmt(h.get('max_us'), 0)} µs |")
+        lines.append("")
+        if hostile["attacked"].get("runs"):
+            lines.append(f"The attack was still posting at the end of {hostile['attacked'].get('attack_outlasted_runs', 0)} "
+                         f"of {hostile['attacked']['runs']} attacked runs.")
+            lines.append("")
+    elif hostile.get("skipped") or hostile.get("error"):
+        lines.append(f"**10 · A hostile user**: {hostile.get('skipped') or 'error: ' + hostile['error'][:200]}")
+        lines.append("")
+
     fstop = res.get("unthrottled_stopped", [])
     if fstop:
         lines.append("**9 · A SIGSTOPped subscriber under the unthrottled poster** (3 reading subscribers, notifyd "
@@ -1840,7 +1969,7 @@ def versions(ctx: Context) -> dict:
 # ---------------------------------------------------------------- main
 
 ALL_SCENARIOS = ["fanout", "rtt", "names", "patterns", "stopped", "connections", "inproc", "allocations", "unthrottled",
-                 "unthrottled_stopped"]
+                 "unthrottled_stopped", "hostile"]
 
 
 def main() -> int:
@@ -1939,6 +2068,7 @@ def main() -> int:
             "allocations": lambda: scenario_allocations(ctx, notifyd, results),
             "unthrottled": lambda: scenario_unthrottled(ctx, systems, results),
             "unthrottled_stopped": lambda: scenario_unthrottled_stopped(ctx, systems, results),
+            "hostile": lambda: scenario_hostile(ctx, systems, results),
         }
         watch = LoadWatch()
         log(f"load average before the scenarios: {watch.before[0]:.2f} {watch.before[1]:.2f} {watch.before[2]:.2f}"
