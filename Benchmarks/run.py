@@ -935,9 +935,11 @@ def scenario_unthrottled_stopped(ctx: Context, systems: list[System], results: d
 ATTACKER_UID = 65534
 
 
-def run_hostile_rtt(ctx: Context, system: System, attacked: bool) -> dict:
-    """One round-trip run of a "victim" user (this process's uid) while, if `attacked`, uid 65534 holds a
-    SIGSTOPped queue(100000) subscriber and floods its name with 16-byte posts from an unthrottled poster."""
+def run_hostile_rtt(ctx: Context, system: System, attack: str | None) -> dict:
+    """One round-trip run of a "victim" user (this process's uid) while uid 65534 attacks: `flood` holds a
+    SIGSTOPped queue(100000) subscriber and floods its name with 16-byte posts from an unthrottled poster;
+    `quotas` first takes every per-user quota (Benchmarks/quota_attacker.py), then floods likewise."""
+    attacked = attack is not None
     s = ctx.settings
     board = Board(ctx.tmp, 2, "hostile-rtt")
     attack_board = Board(ctx.tmp, 1, "hostile-flood")
@@ -945,6 +947,13 @@ def run_hostile_rtt(ctx: Context, system: System, attacked: bool) -> dict:
     as_attacker = ["setpriv", f"--reuid={ATTACKER_UID}", f"--regid={ATTACKER_UID}", "--clear-groups", "--"]
     try:
         flood = victim = None
+        if attack == "quotas":
+            hog = spawn(as_attacker + ["/usr/bin/python3", str(ROOT / "Benchmarks" / "quota_attacker.py"), system.address, "2"])
+            procs.append(hog)
+            line = hog.stdout.readline() if hog.stdout else b""
+            if not line:
+                raise RuntimeError("the quota attacker ended early: " + finish(hog, 5)[1][-300:])
+            quotas_taken = json.loads(line)
         if attacked:
             os.chmod(attack_board.path, 0o666)
             victim = spawn(as_attacker + system.c_cmd("sub", "--board", str(attack_board.path), "--slot", "0",
@@ -972,6 +981,8 @@ def run_hostile_rtt(ctx: Context, system: System, attacked: bool) -> dict:
             raise RuntimeError(err[-500:])
         if flood is not None:
             result["attack_still_posting"] = flood.poll() is None
+        if attack == "quotas":
+            result["quotas_taken"] = quotas_taken
         return result
     finally:
         board.stop()
@@ -999,30 +1010,33 @@ def scenario_hostile(ctx: Context, systems: list[System], results: dict) -> None
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         results["hostile"] = {"skipped": "needs root and setpriv to run the attacker as uid 65534"}
         return
-    log("hostile user: round trips idle and under another uid's slow-subscriber attack")
+    log("hostile user: round trips idle, under another uid's slow-subscriber flood, and with every quota taken too")
     os.chmod(ctx.tmp, 0o711)
-    idle, attacked = [], []
+    runs_by_mode: dict[str, list] = {"idle": [], "attacked": [], "quotas": []}
     try:
-        system.restart()
         for rep in range(s.hostile_reps):
-            for under_attack in (False, True):
+            for mode, attack in (("idle", None), ("attacked", "flood"), ("quotas", "quotas")):
+                system.restart()  # every run on a fresh instance: an attack leaves its quotas behind
                 try:
-                    r = run_hostile_rtt(ctx, system, under_attack)
+                    r = run_hostile_rtt(ctx, system, attack)
                 except Exception as e:  # noqa: BLE001
                     r = {"error": str(e)[-500:]}
-                (attacked if under_attack else idle).append(r)
+                runs_by_mode[mode].append(r)
     except Exception as e:  # noqa: BLE001
         results["hostile"] = {"error": str(e)[-500:]}
         return
     entry: dict = {"system": system.key, "attacker_uid": ATTACKER_UID, "posts": s.hostile_posts, "payload": 16}
-    for label_, runs in (("idle", idle), ("attacked", attacked)):
+    quotas = [r.get("quotas_taken") for r in runs_by_mode["quotas"] if r.get("quotas_taken")]
+    if quotas:
+        entry["quotas_taken"] = quotas[-1]
+    for label_, runs in runs_by_mode.items():
         ok = [r for r in runs if "error" not in r]
         entry[label_] = {"runs": len(ok), "failed_runs": len(runs) - len(ok),
-                         "errors": [r["error"][:200] for r in runs if "error" in r][:2]}
+                         "errors": [r["error"][-300:] for r in runs if "error" in r][:2]}
         for key in ("p50_us", "p99_us", "p999_us", "max_us"):
             if ok:
                 entry[label_][key] = statistics.median(r[key] for r in ok)
-        if label_ == "attacked":
+        if label_ != "idle":
             entry[label_]["attack_outlasted_runs"] = sum(1 for r in ok if r.get("attack_still_posting"))
     results["hostile"] = entry
 
@@ -1455,6 +1469,12 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
             attacked["p99_us"] / idle["p99_us"], 2.0, "lower",
             f"p50 {idle['p50_us']:.0f} → {attacked['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {attacked['p99_us']:.0f} µs, "
             f"{attacked['runs']} + {idle['runs']} runs")
+    if hostile.get("idle", {}).get("p99_us") and hostile.get("quotas", {}).get("p99_us"):
+        idle, quotas = hostile["idle"], hostile["quotas"]
+        add("issue 15 · another uid at every quota, plus the flood: round-trip p99 under attack / idle",
+            quotas["p99_us"] / idle["p99_us"], 2.0, "lower",
+            f"p50 {idle['p50_us']:.0f} → {quotas['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {quotas['p99_us']:.0f} µs, "
+            f"{quotas['runs']} + {idle['runs']} runs")
     return targets
 
 
@@ -1782,16 +1802,25 @@ def render_markdown(data: dict) -> str:
         lines.append("")
         lines.append("| round trips | runs | p50 | p99 | p99.9 | max |")
         lines.append("|---|---|---|---|---|---|")
-        for key, title in (("idle", "idle"), ("attacked", "under attack")):
-            h = hostile[key]
+        for key, title in (("idle", "idle"), ("attacked", "slow subscriber + flood"),
+                           ("quotas", "every quota taken + slow subscriber + flood")):
+            h = hostile.get(key)
+            if not h:
+                continue
             lines.append(f"| {title} | {h['runs']}{(' (' + str(h['failed_runs']) + ' failed)') if h.get('failed_runs') else ''} | "
                          f"{fmt(h.get('p50_us'), 1)} µs | {fmt(h.get('p99_us'), 1)} µs | {fmt(h.get('p999_us'), 1)} µs | "
                          f"{fmt(h.get('max_us'), 0)} µs |")
         lines.append("")
         if hostile["attacked"].get("runs"):
-            lines.append(f"The attack was still posting at the end of {hostile['attacked'].get('attack_outlasted_runs', 0)} "
+            lines.append(f"The flood was still posting at the end of {hostile['attacked'].get('attack_outlasted_runs', 0)} "
                          f"of {hostile['attacked']['runs']} attacked runs.")
-            lines.append("")
+        if hostile.get("quotas_taken"):
+            q = hostile["quotas_taken"]
+            lines.append(f"Quotas taken by the attacker (defaults): {q.get('connections')} connections (+ 2 for the flood), "
+                         f"{q.get('pattern_subscriptions', 0) + q.get('exact_subscriptions', 0):,} subscriptions "
+                         f"({q.get('pattern_subscriptions')} of them patterns of 16 labels), {q.get('state_names'):,} "
+                         f"state names, {q.get('retained_posts')} retained payloads of 60 KB.")
+        lines.append("")
     elif hostile.get("skipped") or hostile.get("error"):
         lines.append(f"**10 · A hostile user**: {hostile.get('skipped') or 'error: ' + hostile['error'][:200]}")
         lines.append("")
