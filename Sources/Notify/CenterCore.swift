@@ -1016,8 +1016,17 @@ final class CenterCore: Sendable {
 
     func query(_ kind: QueryKind, argument: String) async throws -> ByteBuffer {
         // Lists may be longer than a frame: take them in parts.
-        let kindByte = kind == .status ? kind.rawValue : kind.rawValue | QueryKind.partsFlag
-        return try await request({ .query(requestID: $0, kind: kindByte, argument: argument) }, pending: { .query($0) })
+        guard kind != .status else {
+            return try await request({ .query(requestID: $0, kind: kind.rawValue, argument: argument) }, pending: { .query($0) })
+        }
+        do {
+            return try await request(
+                { .query(requestID: $0, kind: kind.rawValue | QueryKind.partsFlag, argument: argument) },
+                pending: { .query($0) })
+        } catch NotifyError.rejected(code: .invalidRequest, let message) where message.hasPrefix("unknown query kind") {
+            // A daemon from before answers in parts does not know the flag: ask it the old way.
+            return try await request({ .query(requestID: $0, kind: kind.rawValue, argument: argument) }, pending: { .query($0) })
+        }
     }
 
     /// One JSON array holding the elements of `arrays` in order (each a JSON array as the daemon writes it).

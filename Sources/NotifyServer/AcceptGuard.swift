@@ -15,11 +15,9 @@ import NotifyWire
 /// (`/dev/null`): it gives it up to accept each pending connection, answers `ERROR unavailable` and closes
 /// it, then takes the reserve back; and it stops accepting for ``backoff`` before trying again. It reports
 /// once per ``reportInterval`` how many connections it refused.
-final class AcceptGuard: ChannelDuplexHandler, RemovableChannelHandler {
+final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = Channel
     typealias InboundOut = Channel
-    typealias OutboundIn = Channel
-    typealias OutboundOut = Channel
 
     /// How long accepting pauses after running out of descriptors.
     static let backoff = TimeAmount.milliseconds(100)
@@ -30,8 +28,7 @@ final class AcceptGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private var reserve: CInt
     private let router: NIOLoopBound<SubscriptionRouter>
     private let logger: Logger
-    private var resumeRead: Scheduled<Void>?
-    private var readRequested = false
+    private var resumeAccepting: Scheduled<Void>?
     private var lastReport: NIODeadline?
     private var refusedSinceReport: UInt64 = 0
     private var failuresSinceReport: UInt64 = 0
@@ -60,15 +57,6 @@ final class AcceptGuard: ChannelDuplexHandler, RemovableChannelHandler {
         open("/dev/null", O_RDONLY | O_CLOEXEC)
     }
 
-    func read(context: ChannelHandlerContext) {
-        // While backing off, the read waits for the timer.
-        guard resumeRead == nil else {
-            readRequested = true
-            return
-        }
-        context.read()
-    }
-
     func errorCaught(context: ChannelHandlerContext, error: Error) {
         guard let failure = error as? IOError, failure.errnoCode == EMFILE || failure.errnoCode == ENFILE else {
             context.fireErrorCaught(error)
@@ -80,19 +68,20 @@ final class AcceptGuard: ChannelDuplexHandler, RemovableChannelHandler {
         failuresSinceReport += 1
         refusedSinceReport += refused
         report(errno: failure.errnoCode)
-        guard resumeRead == nil else { return }
-        resumeRead = context.eventLoop.assumeIsolated().scheduleTask(in: Self.backoff) { [self] in
-            resumeRead = nil
-            if readRequested {
-                readRequested = false
-                context.read()
-            }
+        guard resumeAccepting == nil else { return }
+        // Off the epoll set for a while: NIO leaves its read pending after a failed accept, so holding back its
+        // next read() would not stop a level-triggered socket with clients waiting from waking the loop again.
+        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        resumeAccepting = context.eventLoop.assumeIsolated().scheduleTask(in: Self.backoff) { [self] in
+            resumeAccepting = nil
+            context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+            context.read()
         }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        resumeRead?.cancel()
-        resumeRead = nil
+        resumeAccepting?.cancel()
+        resumeAccepting = nil
     }
 
     /// Accepts every connection waiting in the kernel's queue on the reserve descriptor, tells it why and closes

@@ -111,16 +111,24 @@ struct AccessControl {
     }
 
     /// For `user.<uid>.…` names, the uid.
+    ///
+    /// Labels are split on the byte `.`, as the name grammar and the pattern trie split them: splitting the
+    /// `String` would take `.` followed by a combining mark as one character and miss the label.
     static func userNamespaceOwner(of name: String) -> UInt32? {
-        guard name.hasPrefix("user.") else { return nil }
-        let labels = name.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
-        guard labels.count == 3 else { return nil }
+        let bytes = name.utf8
+        let prefix = "user.".utf8
+        guard bytes.starts(with: prefix) else { return nil }
+        let rest = bytes.dropFirst(prefix.count)
+        guard let dot = rest.firstIndex(of: UInt8(ascii: ".")) else { return nil }  // fewer than three labels
+        let digits = rest[..<dot]
         // Canonical decimal only: `user.01000.x` or `user.+1000.x` are not uid 1000's names.
-        let digits = labels[1].utf8
-        guard !digits.isEmpty, digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+        guard !digits.isEmpty, digits.count <= 10,
+            digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
             digits.count == 1 || digits.first != UInt8(ascii: "0")
         else { return nil }
-        return UInt32(labels[1])
+        var value: UInt64 = 0
+        for digit in digits { value = value * 10 + UInt64(digit - UInt8(ascii: "0")) }
+        return value <= UInt64(UInt32.max) ? UInt32(value) : nil
     }
 
     /// A connected peer's identity for access decisions.

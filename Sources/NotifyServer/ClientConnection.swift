@@ -229,6 +229,9 @@ final class ClientConnection: ChannelInboundHandler {
         let maxPayload = Int(router.configuration.limits.maxPayloadLength)
         do throws(WireDecodingError) {
             while state == .awaitingHello || state == .open {
+                // A client that does not read its replies gets no more served until it does (writeCompleted
+                // serves the rest): its requests, a QUERY above all, cannot grow its queue without bound.
+                if isReadingPaused { break }
                 if turnFrames >= Self.framesPerTurn || turnRunPosts >= Self.runPostsPerTurn
                     || turnPatternVisits >= Self.patternVisitsPerTurn
                 {
@@ -645,6 +648,8 @@ final class ClientConnection: ChannelInboundHandler {
                     let start = run.frames[0].offset
                     let end = run.frames[first - 1].offset + run.frames[first - 1].length
                     _ = queueIfRoom(run.encoded.getSlice(at: start, length: end - start)!)
+                    // Its eager flush may have failed and closed the connection (a peer gone): hold nothing then.
+                    guard state == .open else { return first }
                 }
             }
             if first < run.frames.count {
@@ -873,6 +878,7 @@ final class ClientConnection: ChannelInboundHandler {
     func serveReceivedFrames() {
         guard state == .awaitingHello || state == .open, !awaitingIdentity else { return }
         servingDeferred = false
+        isReadingPaused = false  // what is served now is written before the GOODBYE, within the deadline
         while state == .awaitingHello || state == .open, accumulator.bufferedBytes > 0 {
             turnFrames = 0
             turnRunPosts = 0
@@ -958,7 +964,13 @@ final class ClientConnection: ChannelInboundHandler {
         releaseHeldIfPossible()
         if isReadingPaused, outbound.pendingBytes <= limit / 2 {
             isReadingPaused = false
-            resumeReadingIfAllowed()
+            // Frames left unserved while paused are served at the next turn (never from inside a write's
+            // completion, which can run while another connection's frames are being served).
+            if accumulator.bufferedBytes > 0, !awaitingIdentity {
+                deferServing()
+            } else {
+                resumeReadingIfAllowed()
+            }
         }
         if state == .closing, outbound.pendingBytes == 0 {
             flushOutbound()

@@ -47,7 +47,16 @@ struct HeldNotifications {
                 taken += 1
             }
             count -= taken
-            return (bytes.readSlice(length: length)!, taken)
+            let front = bytes.readSlice(length: length)!
+            if count > 0, bytes.readerIndex > bytes.writerIndex / 2 {
+                // Most of the storage was taken away: keep only what is left, so that what a chunk keeps alive
+                // stays within a small factor of the bytes counted (each byte is copied O(1) times amortised).
+                var rest = ByteBufferAllocator().buffer(capacity: bytes.readableBytes)
+                rest.writeImmutableBuffer(bytes)
+                bytes = rest
+                isAppendable = true
+            }
+            return (front, taken)
         }
     }
 
@@ -139,9 +148,7 @@ struct HeldNotifications {
             return (merged, 0)
         case .queue(let limit):
             if let last = order.last, case .queued(subscriptionID, let chunkID) = last.slot,
-                let chunk = queues[subscriptionID]?.chunks.last, chunk.id == chunkID, chunk.isAppendable,
-                // The writer index, not the readable bytes: a chunk's front taken away is not reclaimed.
-                chunk.bytes.writerIndex + frame.readableBytes <= Self.chunkByteLimit
+                canAppend(frame.readableBytes, toChunk: chunkID, of: subscriptionID)
             {
                 // Nothing was held after this subscription's last chunk: the notification joins it.
                 let position = queues[subscriptionID]!.chunks.index(before: queues[subscriptionID]!.chunks.endIndex)
@@ -156,7 +163,8 @@ struct HeldNotifications {
             let isAppendable = frame.readableBytes < Self.chunkByteLimit / 4
             let storage: ByteBuffer
             if isAppendable {
-                var copy = ByteBufferAllocator().buffer(capacity: Swift.max(frame.readableBytes, 1024))
+                // Sized to the frame: appends grow it; a larger start would be memory the byte count misses.
+                var copy = ByteBufferAllocator().buffer(capacity: frame.readableBytes)
                 copy.writeImmutableBuffer(frame)
                 storage = copy
             } else {
@@ -166,6 +174,14 @@ struct HeldNotifications {
         case .disconnect:
             preconditionFailure("disconnect-policy notifications are never held")
         }
+    }
+
+    /// Whether `subscriptionID`'s last chunk is `chunkID` and takes `size` more bytes in place. (A function, so
+    /// that no copy of the chunk's buffer is alive while it is appended to: that would copy it on every append.)
+    private func canAppend(_ size: Int, toChunk chunkID: UInt64, of subscriptionID: UInt32) -> Bool {
+        guard let chunk = queues[subscriptionID]?.chunks.last else { return false }
+        // The writer index, not the readable bytes: storage in front of the reader index is not reclaimed.
+        return chunk.id == chunkID && chunk.isAppendable && chunk.bytes.writerIndex + size <= Self.chunkByteLimit
     }
 
     /// Holds consecutive notifications of one `queue` subscription at once.
@@ -324,8 +340,9 @@ struct HeldNotifications {
                     ServerFrame.overflow(subscriptionID: id, droppedCount: queues[id]!.dropped).encode(into: &buffer)
                     queues[id]!.dropped = 0
                 }
-                // The whole chunk when it fits the budget, else the notifications that do (at least one).
-                let taken = takeFront(id, count: .max, bytes: budget - (buffer.writerIndex - start))
+                // The whole chunk when it fits the budget, else the notifications that do: at least one, also
+                // when the OVERFLOW above used up the budget (it must come right before one of them).
+                let taken = takeFront(id, count: .max, bytes: Swift.max(1, budget - (buffer.writerIndex - start)))
                 buffer.writeImmutableBuffer(taken.frames)
                 if queues[id]!.chunks.isEmpty {
                     order.removeFirst()

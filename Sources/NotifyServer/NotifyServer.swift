@@ -170,8 +170,8 @@ public final class NotifyServer: Service, Sendable {
         return try? await router.eventLoop.submit { router.value.snapshot() }.get()
     }
 
-    /// Connections the kernel queues before the daemon accepts them.
-    static let listenBacklog: CInt = 1024
+    /// Connections the kernel queues before the daemon accepts them (systemd's default `Backlog=`, SOMAXCONN).
+    static let listenBacklog: CInt = 4096
 
     private func bind(router: NIOLoopBound<SubscriptionRouter>) async throws -> (Channel, String?) {
         // The listening descriptor is ours in both cases (bound here, or passed by systemd), so the accept
@@ -181,7 +181,10 @@ public final class NotifyServer: Service, Sendable {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: Self.listenBacklog)
             .serverChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                // NIO's channel for a bound socket listens again with its own default backlog (128), which
+                // replaces ours (or systemd's Backlog=): set it once more (the kernel caps it at somaxconn).
+                _ = listen(descriptor, Self.listenBacklog)
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
                         AcceptGuard(listeningDescriptor: descriptor, router: router, logger: logger))
                 }

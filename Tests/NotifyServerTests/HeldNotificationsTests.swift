@@ -188,4 +188,33 @@ struct HeldNotificationsTests {
         #expect(held.entriesTouched <= 100_000 + 2 * (100_000 / 100), "\(held.entriesTouched) entries touched")
         #expect(try Self.releaseAll(&held) == ["o:1=99990"] + (99_991...100_000).map { "n:q#\($0)" })
     }
+
+    @Test("storage stays within a small factor of the bytes counted: alternating queues, and a run cut down by its limit")
+    func storageFollowsTheCount() throws {
+        var held = HeldNotifications()
+        // Two subscriptions' posts alternate, so every notification starts a chunk of its own.
+        for sequence in UInt64(1)...20_000 {
+            let id: UInt32 = sequence % 2 == 0 ? 1 : 2
+            _ = held.hold(Self.frame(sequence, "q\(id)"), name: "q\(id)", sequence: sequence, policy: .queue(limit: 100_000), subscriptionID: id)
+        }
+        #expect(held.storageBytes <= 2 * held.bytes, "\(held.storageBytes) bytes of storage for \(held.bytes) counted")
+
+        var cut = HeldNotifications()
+        _ = cut.holdRun(Self.run(1, count: 300, "r"), count: 300, firstSequence: 1, limit: 1, subscriptionID: 3)
+        #expect(cut.count == 1)
+        #expect(cut.storageBytes <= 4 * cut.bytes, "\(cut.storageBytes) bytes of storage kept for one notification of \(cut.bytes)")
+        #expect(try Self.releaseAll(&cut) == ["o:3=299", "n:r#300"])
+    }
+
+    @Test("an OVERFLOW that uses up a release's budget is still followed by its subscription's next notification")
+    func overflowIsNeverLastInARelease() throws {
+        var held = HeldNotifications()
+        for sequence in UInt64(1)...5 {
+            _ = held.hold(Self.frame(sequence, "q"), name: "q", sequence: sequence, policy: .queue(limit: 2), subscriptionID: 7)
+        }
+        var buffer = ByteBuffer()
+        held.release(into: &buffer, budget: 1)
+        #expect(try Self.decoded(buffer) == ["o:7=3", "n:q#4"])
+        #expect(try Self.releaseAll(&held) == ["n:q#5"])
+    }
 }

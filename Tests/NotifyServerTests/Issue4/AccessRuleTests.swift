@@ -65,6 +65,9 @@ struct Issue4AccessRuleTests {
             #expect(retained.isEmpty, "a refused post is not retained")
 
             #expect(try await bob.postRefused("user.4201.a.b.c").code == .permissionDenied, "every name below user.4201.")
+            // A label that starts with a combining mark is still a label (names split on the byte '.').
+            #expect(try await bob.postRefused("user.4201.\u{301}x").code == .permissionDenied)
+            #expect(try await bob.subscribeRefused("user.4201.\u{301}x", id: 9).code == .permissionDenied)
             // Only user.<canonical decimal uid>.<more> belongs to a uid; everything else is an ordinary name.
             for name in [
                 "user.4201", "user", "user.alice.inbox", "user.uid.4201.inbox", "user.99999999999.x", "users.4201.x",
