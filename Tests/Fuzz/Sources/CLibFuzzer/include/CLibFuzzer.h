@@ -1,0 +1,10 @@
+#ifndef NOTIFYD_CLIBFUZZER_H
+#define NOTIFYD_CLIBFUZZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/// libFuzzer's entry point for programs that have their own main (compiler-rt FuzzerInterface.h).
+int LLVMFuzzerRunDriver(int *argc, char ***argv, int (*UserCb)(const uint8_t *Data, size_t Size));
+
+#endif

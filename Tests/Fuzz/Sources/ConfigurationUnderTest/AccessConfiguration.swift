@@ -1,0 +1,1 @@
+../../../../Sources/NotifyServer/AccessConfiguration.swift
