@@ -124,7 +124,10 @@ public struct AccessConfiguration: Sendable, Hashable {
     /// - Throws: ``ConfigurationError`` naming the line and what is wrong with it.
     public static func parse(_ text: String, source: String) throws(ConfigurationError) -> AccessConfiguration {
         var configuration = AccessConfiguration()
-        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // "\r\n" is one Character: splitting on "\n" alone read a CRLF file as one line (and, after a leading
+        // comment, as no rules at all).
+        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+        for (index, rawLine) in lines.enumerated() {
             let location = "\(source):\(index + 1)"
             let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
             let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)

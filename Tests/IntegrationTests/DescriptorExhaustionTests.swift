@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NIOCore
 import NotifyWire
 import Testing
 
@@ -91,6 +92,46 @@ extension Integration {
                 #expect(failures >= 1 && failures <= refused + 5, "accept_failures \(failures), connections_refused \(refused)")
                 let reports = child.stderrLines.filter { $0.contains("out of file descriptors") }
                 #expect((1...3).contains(reports.count), "\(reports.count) reports\n\(child.diagnostics)")
+            }
+        }
+    }
+}
+
+extension Integration {
+    /// A client that sends requests without reading their replies: the daemon stops serving its requests once its
+    /// replies reach the bound, whatever it has already received (a QUERY's answer can be large).
+    @Suite("Replies to a client that does not read")
+    struct UnreadRepliesTests {
+        @Test("2,000 pipelined QUERY status, never read: the replies queued stay within the bound plus one answer")
+        func repliesStayBounded() async throws {
+            try await withIntegrationScope { scope in
+                let limit = 65_536
+                let daemon = try await scope.startIssue4Daemon(["--outbound-limit", "\(limit)"])
+                let greedy = try WireConnection(path: scope.socketPath)
+                try greedy.hello("greedy")
+                let watcher = try WireConnection(path: scope.socketPath)
+                try watcher.hello("watcher")
+                let answer = try watcher.query(Introspection.Status.self, .status)
+                var frames = ByteBuffer()
+                // Small enough for the socket's buffer (the daemon stops reading this client), answers ≈ 1.5 MB.
+                for index in 1...2_000 {
+                    ClientFrame.query(requestID: UInt32(index), kind: QueryKind.status.rawValue, argument: "").encode(into: &frames)
+                }
+                try frames.withUnsafeReadableBytes { try greedy.write($0) }
+                // Wait until the daemon has stopped serving the greedy client (its pending bytes no longer grow).
+                var readings: [Int] = []
+                _ = try await poll("the greedy client's pending bytes to settle", timeout: 20, interval: .milliseconds(50)) {
+                    () throws -> Bool? in
+                    let clients = try watcher.query([Introspection.Client].self, .clients)
+                    guard let entry = clients.first(where: { $0.clientName == "greedy" }) else { return nil }
+                    readings.append(entry.pendingBytes)
+                    return readings.count >= 3 && readings.suffix(3).allSatisfy({ $0 == entry.pendingBytes }) ? true : nil
+                }
+                let answerSize = try JSONEncoder().encode(answer).count + 64
+                #expect(readings.last! <= limit + 2 * answerSize, "\(readings.last!) bytes queued for a client that reads nothing")
+                #expect(readings.last! >= limit / 2, "the greedy client was served until its bound: \(readings)")
+                withExtendedLifetime(greedy) {}
+                _ = daemon
             }
         }
     }

@@ -101,6 +101,18 @@ struct Issue4AccessRuleTests {
         }
     }
 
+    @Test("a file with CRLF line ends parses like the same file with LF ends (a leading comment hid every rule)")
+    func crlfLineEnds() throws {
+        let lf = "# rules\nreserve org.example.> post=owner observe=all\nquota connections-per-uid 3\nuser-names observe=all\n"
+        let crlf = lf.replacingOccurrences(of: "\n", with: "\r\n")
+        let parsed = try AccessConfiguration.parse(crlf, source: "crlf.conf")
+        #expect(parsed.rules.map(\.prefix) == ["org.example"])
+        #expect(parsed.quotas.connectionsPerUID == 3)
+        #expect(parsed.userNamesObserve == .all)
+        #expect(parsed.rules.first?.source == "crlf.conf:2")
+        #expect(try AccessConfiguration.parse(lf, source: "crlf.conf") == parsed)
+    }
+
     @Test("user-names: observe=owner and observe=all parse; anything else names the line")
     func userNamesConfiguration() throws {
         #expect(try AccessConfiguration.parse("user-names observe=all", source: "u.conf").userNamesObserve == .all)

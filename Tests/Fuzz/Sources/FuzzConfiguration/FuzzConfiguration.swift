@@ -9,7 +9,7 @@
 // - the configuration written back in canonical form (numeric owner and group) parses to the same rules,
 //   quotas and user-names setting;
 // - a comment line and a blank line appended after a final "\n" change nothing;
-// - with FUZZ_CONFIG_CRLF=1 only (it fails today: Tests/Fuzz/crashes/README.md): CRLF line ends read like LF.
+// - CRLF line ends read like LF (the parser read a CRLF file as one line: Tests/Fuzz/crashes/README.md; fixed).
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,9 +28,9 @@ enum FuzzConfiguration {
 
     static let source = "fuzz.conf"
 
-    /// FUZZ_CONFIG_CRLF=1 adds a property that fails today (see Tests/Fuzz/crashes/README.md): a file with CRLF
-    /// line ends must parse like the same file with LF line ends.
-    nonisolated(unsafe) static let checkCRLF = getenv("FUZZ_CONFIG_CRLF").map { String(cString: $0) == "1" } ?? false
+    /// A file with CRLF line ends must parse like the same file with LF line ends (FUZZ_CONFIG_CRLF=0 turns the
+    /// check off).
+    nonisolated(unsafe) static let checkCRLF = getenv("FUZZ_CONFIG_CRLF").map { String(cString: $0) != "0" } ?? true
 
     /// The fields that matter, prefixes as bytes (String equality is Unicode-canonical, not byte equality).
     struct Summary: Equatable {
@@ -71,7 +71,7 @@ enum FuzzConfiguration {
 
     static func testOneInput(_ input: UnsafeRawBufferPointer) {
         let text = String(decoding: input, as: UTF8.self)
-        let lineCount = text.split(separator: "\n", omittingEmptySubsequences: false).count
+        let lineCount = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).count
         let configuration: AccessConfiguration
         do {
             configuration = try AccessConfiguration.parse(text, source: source)
