@@ -1463,18 +1463,14 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
         add("SIGSTOPped subscriber: others' throughput / scenario 1 (S=4)",
             ratio(stopped.get("delivered_per_s"), rate("notifyd-c", 4)), 0.9, "higher")
     hostile = results.get("hostile") or {}
-    if hostile.get("idle", {}).get("p99_us") and hostile.get("attacked", {}).get("p99_us"):
-        idle, attacked = hostile["idle"], hostile["attacked"]
-        add("issue 15 · another uid's slow subscriber + flood: round-trip p99 under attack / idle",
-            attacked["p99_us"] / idle["p99_us"], 2.0, "lower",
-            f"p50 {idle['p50_us']:.0f} → {attacked['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {attacked['p99_us']:.0f} µs, "
-            f"{attacked['runs']} + {idle['runs']} runs")
-    if hostile.get("idle", {}).get("p99_us") and hostile.get("quotas", {}).get("p99_us"):
-        idle, quotas = hostile["idle"], hostile["quotas"]
-        add("issue 15 · another uid at every quota, plus the flood: round-trip p99 under attack / idle",
-            quotas["p99_us"] / idle["p99_us"], 2.0, "lower",
-            f"p50 {idle['p50_us']:.0f} → {quotas['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {quotas['p99_us']:.0f} µs, "
-            f"{quotas['runs']} + {idle['runs']} runs")
+    idle = hostile.get("idle") or {}
+    for mode, what in (("attacked", "another uid's slow subscriber + flood"),
+                       ("quotas", "another uid at every quota, plus the flood")):
+        under = hostile.get(mode) or {}
+        if idle.get("p99_us") and under.get("p99_us"):
+            add(f"issue 15 · {what}: round-trip p99 under attack / idle", under["p99_us"] / idle["p99_us"], 2.0, "lower",
+                f"p50 {idle['p50_us']:.0f} → {under['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {under['p99_us']:.0f} µs, "
+                f"{under['runs']} + {idle['runs']} runs")
     return targets
 
 

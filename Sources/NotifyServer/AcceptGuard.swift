@@ -50,7 +50,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     deinit {
-        if reserve >= 0 { closeDescriptor(reserve) }
+        if reserve >= 0 { close(reserve) }
     }
 
     private static func openReserve() -> CInt {
@@ -88,7 +88,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     /// it. Returns how many.
     private func refusePendingConnections() -> UInt64 {
         guard reserve >= 0 || Self.retakeReserve(&reserve) else { return 0 }
-        closeDescriptor(reserve)
+        close(reserve)
         reserve = -1
         defer { _ = Self.retakeReserve(&reserve) }
         var refused: UInt64 = 0
@@ -103,7 +103,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
                 send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
             }
             shutdown(connection, Int32(SHUT_WR))
-            closeDescriptor(connection)
+            close(connection)
         }
         return refused
     }
@@ -129,7 +129,3 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     }
 }
 
-/// `close(2)`; a channel handler's own `close` hides the global one.
-private func closeDescriptor(_ descriptor: CInt) {
-    close(descriptor)
-}

@@ -85,6 +85,13 @@ final class ClientConnection: ChannelInboundHandler {
     private var turnFrames = 0
     private var turnRunPosts = 0
     private var turnPatternVisits = 0
+
+    /// Starts a new turn's budget (see ``framesPerTurn``).
+    private func startTurn() {
+        turnFrames = 0
+        turnRunPosts = 0
+        turnPatternVisits = 0
+    }
     /// The most full-path frames served in one turn so far (for tests: the bound holds).
     private(set) var mostFramesInOneTurn = 0
     private var account: UIDAccount?
@@ -268,9 +275,7 @@ final class ClientConnection: ChannelInboundHandler {
         context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         context.eventLoop.assumeIsolated().execute { [self] in
             servingDeferred = false
-            turnFrames = 0
-            turnRunPosts = 0
-            turnPatternVisits = 0
+            startTurn()
             guard state == .awaitingHello || state == .open else { return }
             serveBufferedFrames()
             if inputClosedPending, !servingDeferred { inputClosed() }
@@ -281,11 +286,7 @@ final class ClientConnection: ChannelInboundHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         // The turn's budget starts again with the next read (frames deferred meanwhile are served first).
-        if !servingDeferred {
-            turnFrames = 0
-            turnRunPosts = 0
-            turnPatternVisits = 0
-        }
+        if !servingDeferred { startTurn() }
         router.flushDirtyConnections()
         context.fireChannelReadComplete()
     }
@@ -880,9 +881,7 @@ final class ClientConnection: ChannelInboundHandler {
         servingDeferred = false
         isReadingPaused = false  // what is served now is written before the GOODBYE, within the deadline
         while state == .awaitingHello || state == .open, accumulator.bufferedBytes > 0 {
-            turnFrames = 0
-            turnRunPosts = 0
-            turnPatternVisits = 0
+            startTurn()
             let before = accumulator.bufferedBytes
             serveBufferedFrames()
             if accumulator.bufferedBytes == before { break }  // only a partial frame is left
