@@ -26,7 +26,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
 
     private let listeningDescriptor: CInt
     private var reserve: CInt
-    private let router: NIOLoopBound<SubscriptionRouter>
+    private let router: NIOLoopBound<Broker>
     private let logger: Logger
     private var resumeAccepting: Scheduled<Void>?
     private var lastReport: NIODeadline?
@@ -35,7 +35,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     /// The `ERROR unavailable` frame, encoded once.
     private let refusal: [UInt8]
 
-    init(listeningDescriptor: CInt, router: NIOLoopBound<SubscriptionRouter>, logger: Logger) {
+    init(listeningDescriptor: CInt, router: NIOLoopBound<Broker>, logger: Logger) {
         self.listeningDescriptor = listeningDescriptor
         self.router = router
         self.logger = logger
@@ -122,7 +122,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
             metadata: [
                 "errno": "\(code == EMFILE ? "EMFILE" : "ENFILE")",
                 "refused": "\(refusedSinceReport)", "failed_accepts": "\(failuresSinceReport)",
-                "connections": "\(router.value.connections.count)",
+                "connections": "\(router.value.peers.count)",
             ])
         refusedSinceReport = 0
         failuresSinceReport = 0

@@ -54,7 +54,7 @@ struct AccessControl {
     }
 
     /// Whether `peer` may post under `name` or set its state (`action` names the operation in the message).
-    func checkPost(_ name: String, by peer: Peer, action: String) -> Denial? {
+    func checkPost(_ name: String, by peer: Identity, action: String) -> Denial? {
         if peer.uid == 0 { return nil }
         if let owner = Self.userNamespaceOwner(of: name), owner != peer.uid {
             return Denial(
@@ -70,7 +70,7 @@ struct AccessControl {
     /// Whether `peer` may subscribe to `pattern`. A pattern that reaches into a prefix the peer may not observe
     /// is refused when the prefix decides every name it can match; otherwise such names are filtered out at
     /// delivery (``mayObserve(_:_:)``).
-    func checkObserve(_ pattern: NotificationPattern, by peer: Peer) -> Denial? {
+    func checkObserve(_ pattern: NotificationPattern, by peer: Identity) -> Denial? {
         if peer.uid == 0 { return nil }
         let literal = pattern.literalPrefix
         guard !literal.isEmpty,
@@ -88,11 +88,11 @@ struct AccessControl {
     }
 
     /// Whether `peer` may receive a notification covered by `rule`.
-    func mayObserve(_ rule: AccessConfiguration.PrefixRule, _ peer: Peer) -> Bool {
+    func mayObserve(_ rule: AccessConfiguration.PrefixRule, _ peer: Identity) -> Bool {
         peer.uid == 0 || allows(rule.observe, rule, peer)
     }
 
-    private func allows(_ permission: AccessConfiguration.Permission, _ rule: AccessConfiguration.PrefixRule, _ peer: Peer) -> Bool {
+    private func allows(_ permission: AccessConfiguration.Permission, _ rule: AccessConfiguration.PrefixRule, _ peer: Identity) -> Bool {
         switch permission {
         case .all: true
         case .none: false
@@ -132,7 +132,7 @@ struct AccessControl {
     }
 
     /// A connected peer's identity for access decisions.
-    struct Peer {
+    struct Identity {
         var uid: UInt32
         var groups: Set<UInt32>
 

@@ -23,7 +23,8 @@ public final class NotifyServer: Service, Sendable {
     /// This run's instance id, announced in `WELCOME`.
     public let instanceID: InstanceID
     private let logger: Logger
-    private let group: MultiThreadedEventLoopGroup
+    /// The single-thread event loop group (internal for tests).
+    let group: MultiThreadedEventLoopGroup
 
     /// The event loop that runs all routing. Work scheduled on it (such as the systemd watchdog ping) stops
     /// running when the loop is stuck, which is the point of scheduling it there.
@@ -35,7 +36,8 @@ public final class NotifyServer: Service, Sendable {
         var channel: Channel?
         var shutdownRequested = false
     }
-    private let router = NIOLockedValueBox<NIOLoopBound<SubscriptionRouter>?>(nil)
+    /// The broker while the server runs (internal for tests, which run code on its event loop).
+    let broker = NIOLockedValueBox<NIOLoopBound<Broker>?>(nil)
 
     /// Creates a server; nothing happens until ``run()``.
     ///
@@ -79,28 +81,28 @@ public final class NotifyServer: Service, Sendable {
         defer { identityPool.shutdownGracefully { _ in } }
         let router = try await eventLoop.submit { [configuration, instanceID, logger] in
             NIOLoopBound(
-                SubscriptionRouter(
+                Broker(
                     eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
                     daemonPID: UInt32(getpid()), logger: logger, identityPool: identityPool),
                 eventLoop: eventLoop)
         }.get()
 
-        self.router.withLockedValue { $0 = router }
+        self.broker.withLockedValue { $0 = router }
         let periodic = try await eventLoop.submit {
             [
                 eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { _ in
                     router.value.sampleRates()
                     // /proc is read on the pool; the loop only stores the answer.
-                    identityPool.runIfActive(eventLoop: eventLoop) { SubscriptionRouter.residentMemory() }
-                        .whenSuccess { router.value.residentMemoryBytes = $0 }
+                    identityPool.runIfActive(eventLoop: eventLoop) { Broker.residentMemory() }
+                        .whenSuccess { router.value.samples.residentMemoryBytes = $0 }
                 },
                 eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(50), delay: .milliseconds(50)) { _ in
-                    router.value.releaseHeldConnections()
+                    router.value.releaseHeldPeers()
                 },
             ]
         }.get()
         defer { for task in periodic { task.cancel() } }
-        defer { self.router.withLockedValue { $0 = nil } }
+        defer { self.broker.withLockedValue { $0 = nil } }
         let (channel, createdPath) = try await bind(router: router)
         // Store the listener before anyone hears that it listens, so a shutdown() from then on reaches it; a
         // shutdown() that came earlier is remembered and honoured here.
@@ -146,7 +148,7 @@ public final class NotifyServer: Service, Sendable {
     /// Replaces the reserved prefixes and quotas while running (for a configuration reload). Connections and
     /// subscriptions stay; new requests are judged by the new rules.
     public func updateAccess(_ access: AccessConfiguration) async {
-        guard let router = router.withLockedValue({ $0 }) else { return }
+        guard let router = broker.withLockedValue({ $0 }) else { return }
         try? await router.eventLoop.submit { router.value.updateAccess(access) }.get()
     }
 
@@ -154,26 +156,26 @@ public final class NotifyServer: Service, Sendable {
     /// ``updateAccess(_:)`` first). The `status` answer counts reloads, so a client that signalled one can
     /// wait for it.
     public func noteReload(error: String?) async {
-        guard let router = router.withLockedValue({ $0 }) else { return }
+        guard let router = broker.withLockedValue({ $0 }) else { return }
         try? await router.eventLoop.submit { router.value.noteReload(error: error) }.get()
     }
 
     /// The answer to a `status` query, or `nil` when the server is not running.
     public func status() async -> Introspection.Status? {
-        guard let router = router.withLockedValue({ $0 }) else { return nil }
+        guard let router = broker.withLockedValue({ $0 }) else { return nil }
         return try? await router.eventLoop.submit { router.value.status() }.get()
     }
 
     /// A snapshot of connections and counters, or `nil` when the server is not running.
     public func snapshot() async -> ServerSnapshot? {
-        guard let router = router.withLockedValue({ $0 }) else { return nil }
+        guard let router = broker.withLockedValue({ $0 }) else { return nil }
         return try? await router.eventLoop.submit { router.value.snapshot() }.get()
     }
 
     /// Connections the kernel queues before the daemon accepts them (systemd's default `Backlog=`, SOMAXCONN).
     static let listenBacklog: CInt = 4096
 
-    private func bind(router: NIOLoopBound<SubscriptionRouter>) async throws -> (Channel, String?) {
+    private func bind(router: NIOLoopBound<Broker>) async throws -> (Channel, String?) {
         // The listening descriptor is ours in both cases (bound here, or passed by systemd), so the accept
         // guard can accept on it itself when NIO cannot for want of descriptors.
         let (descriptor, createdPath) = try listeningDescriptor()
@@ -195,7 +197,7 @@ public final class NotifyServer: Service, Sendable {
                 value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ClientConnection(router: router.value))
+                    try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: router.value))
                 }
             }
         do {
@@ -233,17 +235,17 @@ public final class NotifyServer: Service, Sendable {
         }
     }
 
-    private func closeClients(router: NIOLoopBound<SubscriptionRouter>, on eventLoop: EventLoop) async {
+    private func closeClients(router: NIOLoopBound<Broker>, on eventLoop: EventLoop) async {
         let deadline = TimeAmount.nanoseconds(Int64(configuration.shutdownDeadlineSeconds * 1e9))
         let closed: EventLoopFuture<Void> = eventLoop.flatSubmit {
-            let connections = router.value.connections.values.sorted { $0.number < $1.number }
-            for connection in connections { connection.serveReceivedFrames() }
-            let futures = connections.map { $0.beginShutdown() }
-            router.value.flushDirtyConnections()
+            let handlers = router.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
+            for handler in handlers { handler.serveReceivedFrames() }
+            let futures = handlers.map { $0.beginShutdown() }
+            router.value.flushDirtyPeers()
             return EventLoopFuture.andAllComplete(futures, on: eventLoop)
         }
         let timeout = eventLoop.scheduleTask(in: deadline) {
-            for connection in router.value.connections.values { connection.forceClose() }
+            for peer in router.value.peers.values { peer.forceClose() }
         }
         try? await closed.get()
         timeout.cancel()

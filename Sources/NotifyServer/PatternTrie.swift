@@ -16,10 +16,10 @@ final class PatternTrie {
     final class Node {
         var literal: [LabelKey: Node] = [:]
         var anyLabel: Node?
-        /// Connections whose pattern ends here.
-        var terminal: [ClientConnection] = []
-        /// Connections whose pattern ends here with `>`.
-        var rest: [ClientConnection] = []
+        /// Subscribers whose pattern ends here, each peer once.
+        var terminal: [Subscriber] = []
+        /// Subscribers whose pattern ends here with `>`, each peer once.
+        var rest: [Subscriber] = []
 
         var isEmpty: Bool { literal.isEmpty && anyLabel == nil && terminal.isEmpty && rest.isEmpty }
     }
@@ -68,7 +68,9 @@ final class PatternTrie {
         return steps
     }
 
-    func insert(_ pattern: NotificationPattern, _ connection: ClientConnection) {
+    /// Adds `subscriber` under `pattern`, or replaces its peer's entry there (another subscription of the peer
+    /// with the same pattern became the strongest).
+    func set(_ pattern: NotificationPattern, _ subscriber: Subscriber) {
         var node = root
         for step in Self.steps(of: pattern) {
             switch step {
@@ -88,41 +90,49 @@ final class PatternTrie {
                 }
                 node = node.anyLabel!
             case .rest:
-                node.rest.append(connection)
-                count += 1
+                Self.set(subscriber, in: &node.rest, count: &count)
                 return
             }
         }
-        node.terminal.append(connection)
-        count += 1
+        Self.set(subscriber, in: &node.terminal, count: &count)
     }
 
-    func remove(_ pattern: NotificationPattern, _ connection: ClientConnection) {
-        _ = remove(Self.steps(of: pattern)[...], connection, from: root)
+    private static func set(_ subscriber: Subscriber, in entries: inout [Subscriber], count: inout Int) {
+        if let index = entries.firstIndex(where: { $0.peer === subscriber.peer }) {
+            entries[index] = subscriber
+        } else {
+            entries.append(subscriber)
+            count += 1
+        }
+    }
+
+    private static func remove(_ peer: Peer, from entries: inout [Subscriber], count: inout Int) {
+        guard let index = entries.firstIndex(where: { $0.peer === peer }) else { return }
+        entries.remove(at: index)
+        count -= 1
+    }
+
+    /// Removes `peer`'s entry under `pattern`.
+    func remove(_ pattern: NotificationPattern, _ peer: Peer) {
+        _ = remove(Self.steps(of: pattern)[...], peer, from: root)
     }
 
     /// Removes one entry; returns whether `node` became empty (so the parent can drop it).
-    private func remove(_ steps: ArraySlice<Step>, _ connection: ClientConnection, from node: Node) -> Bool {
+    private func remove(_ steps: ArraySlice<Step>, _ peer: Peer, from node: Node) -> Bool {
         guard let step = steps.first else {
-            if let index = node.terminal.firstIndex(where: { $0 === connection }) {
-                node.terminal.remove(at: index)
-                count -= 1
-            }
+            Self.remove(peer, from: &node.terminal, count: &count)
             return node.isEmpty
         }
         switch step {
         case .rest:
-            if let index = node.rest.firstIndex(where: { $0 === connection }) {
-                node.rest.remove(at: index)
-                count -= 1
-            }
+            Self.remove(peer, from: &node.rest, count: &count)
         case .anyLabel:
-            if let child = node.anyLabel, remove(steps.dropFirst(), connection, from: child) {
+            if let child = node.anyLabel, remove(steps.dropFirst(), peer, from: child) {
                 node.anyLabel = nil
                 nodeCount -= 1
             }
         case .literal(let key):
-            if let child = node.literal[key], remove(steps.dropFirst(), connection, from: child) {
+            if let child = node.literal[key], remove(steps.dropFirst(), peer, from: child) {
                 node.literal.removeValue(forKey: key)
                 nodeCount -= 1
             }
@@ -130,10 +140,10 @@ final class PatternTrie {
         return node.isEmpty
     }
 
-    /// Calls `body` for every connection with a pattern matching `name` (once per matching pattern).
+    /// Calls `body` for every subscriber with a pattern matching `name` (once per matching pattern).
     ///
     /// Allocation-free: labels are found in place in the name's UTF-8 and looked up with borrowed keys.
-    func forEachMatch(name: String, _ body: (ClientConnection) -> Void) {
+    func forEachMatch(name: String, _ body: (Subscriber) -> Void) {
         // A daemon without patterns pays nothing per post, whatever the caller checked before.
         if count == 0 { return }
         var name = name
@@ -149,16 +159,16 @@ final class PatternTrie {
     /// calls. `labelStart == name.count + 1` means every label has been consumed (`name.count` itself is the
     /// start of an empty last label, as in "a.").
     private func walk(
-        from start: Node, _ name: UnsafeRawBufferPointer, labelStart: Int, _ body: (ClientConnection) -> Void
+        from start: Node, _ name: UnsafeRawBufferPointer, labelStart: Int, _ body: (Subscriber) -> Void
     ) {
-        // Strong, not unowned(unsafe): `body` delivers, and a delivery can close a connection synchronously,
+        // Strong, not unowned(unsafe): `body` delivers, and a delivery can close a peer synchronously,
         // which unsubscribes its patterns and may free nodes on this path while we are still walking it.
         var node = start
         var labelStart = labelStart
         while labelStart <= name.count {
             // Checking first skips copying (retaining) the empty array on every label.
             if !node.rest.isEmpty {
-                for connection in node.rest { body(connection) }
+                for subscriber in node.rest { body(subscriber) }
             }
             var labelEnd = labelStart
             while labelEnd < name.count, name[labelEnd] != UInt8(ascii: ".") { labelEnd += 1 }
@@ -182,7 +192,7 @@ final class PatternTrie {
         }
         nodesVisited &+= 1
         if !node.terminal.isEmpty {
-            for connection in node.terminal { body(connection) }
+            for subscriber in node.terminal { body(subscriber) }
         }
     }
 }

@@ -36,18 +36,3 @@ public struct ServerSnapshot: Sendable {
     /// Nodes of the pattern trie: the memory all patterns take, and the most one match can visit.
     public var patternNodes: Int
 }
-
-extension SubscriptionRouter {
-    func snapshot() -> ServerSnapshot {
-        ServerSnapshot(
-            clients: connections.values.map { connection in
-                ServerSnapshot.Client(
-                    number: connection.number, credentials: connection.credentials, clientName: connection.clientName,
-                    subscriptions: connection.subscriptionCount, pendingBytes: connection.pendingOutboundBytes,
-                    droppedNotifications: connection.dropped, mostFramesInOneTurn: connection.mostFramesInOneTurn)
-            }.sorted { $0.number < $1.number },
-            names: nameCount, posts: statistics.posts, deliveries: statistics.deliveries,
-            dropped: statistics.dropped, outboundByteLimit: configuration.outboundByteLimit,
-            patternNodes: patternNodeCount)
-    }
-}

@@ -202,12 +202,25 @@ extension NotificationFrame {
     }
 
     fileprivate func encodeFields(into buffer: inout ByteBuffer) {
+        Self.writeFields(sequence: sequence, sender: sender, name: name, payload: payload, into: &buffer)
+    }
+
+    /// The fields of `NOTIFICATION` after the type byte: the one definition of their layout (the run encoder
+    /// writes the same fields, with the sender and name from ``writeSenderAndName(sender:name:into:)``).
+    static func writeFields(
+        sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer, into buffer: inout ByteBuffer
+    ) {
         buffer.writeInteger(sequence)
+        writeSenderAndName(sender: sender, name: name, into: &buffer)
+        buffer.writeWirePayload(payload)
+    }
+
+    /// The fields between the sequence number and the payload: what every post of a run shares.
+    static func writeSenderAndName(sender: SenderCredentials, name: String, into buffer: inout ByteBuffer) {
         buffer.writeInteger(sender.pid)
         buffer.writeInteger(sender.uid)
         buffer.writeInteger(sender.gid)
         buffer.writeWireString(name)
-        buffer.writeWirePayload(payload)
     }
 
     /// Encodes a whole `NOTIFICATION` frame without building a ``NotificationFrame`` value first, so a
@@ -217,19 +230,18 @@ extension NotificationFrame {
         into buffer: inout ByteBuffer
     ) {
         buffer.writeWireFrame(.notification) { buffer in
-            buffer.writeInteger(sequence)
-            buffer.writeInteger(sender.pid)
-            buffer.writeInteger(sender.uid)
-            buffer.writeInteger(sender.gid)
-            buffer.writeWireString(name)
-            buffer.writeWirePayload(payload)
+            writeFields(sequence: sequence, sender: sender, name: name, payload: payload, into: &buffer)
         }
     }
 
     /// The exact number of bytes ``encode(sequence:sender:name:payload:into:)`` writes.
     public static func encodedLength(nameByteCount: Int, payloadByteCount: Int) -> Int {
-        ProtocolConstants.lengthPrefixSize + 1 + 8 + 12 + 2 + nameByteCount + 4 + payloadByteCount
+        ProtocolConstants.lengthPrefixSize + 1 + fixedFieldsLength + nameByteCount + payloadByteCount
     }
+
+    /// The bytes of a `NOTIFICATION`'s fields other than the name's and the payload's: sequence, sender pid, uid
+    /// and gid, and the two length fields.
+    public static let fixedFieldsLength = 8 + 12 + 2 + 4
 }
 
 extension ServerFrame: WireFrameDecodable {
@@ -305,5 +317,13 @@ extension ServerFrame: WireFrameDecodable {
         }
         try body.ensureFullyRead(messageType)
         return frame
+    }
+}
+
+extension ServerFrame {
+    /// The longest JSON document a `QUERY_RESULT` or `QUERY_RESULT_PART` carries within `maxFrameLength`: the
+    /// frame's type byte, request id and the JSON's length field come first.
+    public static func maxQueryJSONLength(maxFrameLength: UInt32) -> Int {
+        Int(maxFrameLength) - 1 - 4 - 4
     }
 }

@@ -28,7 +28,8 @@ public struct ServerLimits: Sendable, Hashable {
 
     /// What is wrong with these limits, or an empty list when they are consistent: names of 1 to 255 bytes,
     /// a frame limit of at least ``ProtocolConstants/minimumMaxFrameLength`` that also fits the largest
-    /// notification frame (`NOTIFICATION_MERGED`: 35 bytes of fields plus the longest name and payload).
+    /// notification frame (`NOTIFICATION_MERGED`: its type byte, merged count and fixed fields, plus the longest name
+    /// and payload).
     public var inconsistencies: [String] {
         var problems: [String] = []
         if maxNameLength == 0 || Int(maxNameLength) > NotificationName.maxLength {
@@ -38,7 +39,7 @@ public struct ServerLimits: Sendable, Hashable {
             problems.append(
                 "max frame length \(maxFrameLength) is below the protocol minimum \(ProtocolConstants.minimumMaxFrameLength)")
         }
-        let largestNotification = UInt64(35) + UInt64(maxNameLength) + UInt64(maxPayloadLength)
+        let largestNotification = UInt64(1 + 8 + NotificationFrame.fixedFieldsLength) + UInt64(maxNameLength) + UInt64(maxPayloadLength)
         if UInt64(maxFrameLength) < largestNotification {
             problems.append(
                 "max frame length \(maxFrameLength) cannot carry a notification with the longest name and payload (\(largestNotification) bytes)")

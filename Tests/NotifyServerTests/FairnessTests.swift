@@ -35,10 +35,10 @@ struct FairnessTests {
             let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "pipeliner" })
             #expect(entry.subscriptions == count)
             #expect(
-                entry.mostFramesInOneTurn <= ClientConnection.framesPerTurn,
+                entry.mostFramesInOneTurn <= PeerChannelHandler.framesPerTurn,
                 "\(entry.mostFramesInOneTurn) frames served in one turn")
             // The bound was reached, so the batch really was cut into slices (the test exercised the limit).
-            #expect(entry.mostFramesInOneTurn == ClientConnection.framesPerTurn)
+            #expect(entry.mostFramesInOneTurn == PeerChannelHandler.framesPerTurn)
         }
     }
 
@@ -92,7 +92,7 @@ struct FairnessTests {
             let entry = try #require(snapshot.clients.first { $0.clientName == "poster" })
             // A match of this name visits every node; a turn allows patternVisitsPerTurn visits, so a few posts
             // per turn (plus the one that crosses the bound), not all 100.
-            let perTurn = 2 + ClientConnection.patternVisitsPerTurn / snapshot.patternNodes
+            let perTurn = 2 + PeerChannelHandler.patternVisitsPerTurn / snapshot.patternNodes
             #expect(snapshot.patternNodes > 20_000, "\(snapshot.patternNodes) nodes")
             #expect(
                 entry.mostFramesInOneTurn <= perTurn,

@@ -88,14 +88,14 @@ struct ParkedRouteTests {
                 try await poster.send(Self.post("parked.bounded", "\(index)"))
                 try await Self.expectPayload("\(index)", at: subscriber)
             }
-            #expect(try await withRouter(of: server.server) { $0.parkedPosterCount } == 1)
+            #expect(try await withBroker(of: server.server) { $0.parkedPosterCount } == 1)
             let bystander = try await server.connect("bystander")
             await bystander.close()
             try await server.waitForSnapshot("the bystander gone") { $0.clients.count == 2 }
-            #expect(try await withRouter(of: server.server) { $0.parkedPosterCount } == 0)
+            #expect(try await withBroker(of: server.server) { $0.parkedPosterCount } == 0)
             try await poster.send(Self.post("parked.bounded", "after"))
             try await Self.expectPayload("after", at: subscriber)
-            #expect(try await withRouter(of: server.server) { $0.parkedPosterCount } == 1)
+            #expect(try await withBroker(of: server.server) { $0.parkedPosterCount } == 1)
         }
     }
 

@@ -29,11 +29,7 @@ struct PatternTrieCostTests {
     func matchingWorkIsBoundedByChargedLabels() throws {
         let trie = PatternTrie()
         // Compared by identity only; it never sees a channel.
-        let router = SubscriptionRouter(
-            eventLoop: EmbeddedEventLoop(),
-            configuration: ServerConfiguration(listenAddress: .path("/nonexistent/pattern-trie-cost.sock")),
-            instanceID: InstanceID(high: 0, low: 0), daemonPID: 1, logger: Logger(label: "pattern-trie-cost"))
-        let connection = ClientConnection(router: router)
+        let connection = makeDetachedPeers(1, label: "pattern-trie-cost")[0]
         let (patterns, name) = try Self.adversarialPatterns(count: 2_000, labels: 24)
         var charged = 0
         for pattern in patterns {

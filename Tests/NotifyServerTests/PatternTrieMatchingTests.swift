@@ -9,21 +9,17 @@ import Testing
 /// pattern one by one.
 @Suite("Pattern trie matching")
 struct PatternTrieMatchingTests {
-    /// Connections are only compared by identity here; they never see a channel.
-    private static func makeConnections(_ count: Int) -> [ClientConnection] {
-        let router = SubscriptionRouter(
-            eventLoop: EmbeddedEventLoop(),
-            configuration: ServerConfiguration(listenAddress: .path("/nonexistent/pattern-trie-tests.sock")),
-            instanceID: InstanceID(high: 0, low: 0), daemonPID: 1, logger: Logger(label: "pattern-trie-tests"))
-        return (0..<count).map { _ in ClientConnection(router: router) }
+    /// Peers are only compared by identity here; they never see a channel.
+    private static func makeConnections(_ count: Int) -> [Peer] {
+        makeDetachedPeers(count, label: "pattern-trie-tests")
     }
 
-    private typealias Entry = (pattern: NotificationPattern, connection: ClientConnection)
+    private typealias Entry = (pattern: NotificationPattern, connection: Peer)
 
     /// How many times each connection is reported (once per matching pattern, so counts matter).
     private static func trieMatches(_ trie: PatternTrie, _ name: String) -> [ObjectIdentifier: Int] {
         var counts: [ObjectIdentifier: Int] = [:]
-        trie.forEachMatch(name: name) { counts[ObjectIdentifier($0), default: 0] += 1 }
+        trie.forEachMatch(name: name) { counts[ObjectIdentifier($0.peer), default: 0] += 1 }
         return counts
     }
 

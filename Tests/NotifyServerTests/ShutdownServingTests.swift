@@ -13,14 +13,14 @@ struct ShutdownServingTests {
     @Test("frames received but left for the next turn (over the per-turn budget) are answered before GOODBYE")
     func deferredFramesAreServedBeforeGoodbye() throws {
         let loop = EmbeddedEventLoop()
-        let router = SubscriptionRouter(
+        let broker = Broker(
             eventLoop: loop, configuration: ServerConfiguration(listenAddress: .path("/nonexistent/shutdown-serving.sock")),
             instanceID: InstanceID(high: 1, low: 2), daemonPID: 1, logger: Logger(label: "shutdown-serving"))
-        let connection = ClientConnection(router: router)
+        let connection = PeerChannelHandler(broker: broker)
         let channel = EmbeddedChannel(handler: connection, loop: loop)
         try channel.connect(to: SocketAddress(unixDomainSocketPath: "/nonexistent/peer")).wait()
 
-        let pings = 3 * ClientConnection.framesPerTurn
+        let pings = 3 * PeerChannelHandler.framesPerTurn
         var bytes = ByteBuffer()
         ClientFrame.hello(ClientFrame.Hello(clientName: "embedded")).encode(into: &bytes)
         for index in 1...pings { ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes) }
@@ -35,11 +35,11 @@ struct ShutdownServingTests {
         }
         // One turn's worth was served; the rest waits for a task the loop has not run.
         let firstTurn = try received()
-        #expect(firstTurn.count == ClientConnection.framesPerTurn, "\(firstTurn.count) frames answered in the first turn")
+        #expect(firstTurn.count == PeerChannelHandler.framesPerTurn, "\(firstTurn.count) frames answered in the first turn")
 
         connection.serveReceivedFrames()
         _ = connection.beginShutdown()
-        router.flushDirtyConnections()
+        broker.flushDirtyPeers()
         let rest = try received()
         let pongs = (firstTurn + rest).compactMap { frame -> UInt32? in
             if case .pong(let id) = frame { id } else { nil }

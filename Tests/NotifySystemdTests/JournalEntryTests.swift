@@ -10,7 +10,7 @@ struct JournalEntryTests {
     ) -> JournalEntry {
         JournalEntry(
             level: level, message: message, metadata: metadata, identifier: "notifyd", label: "notifyd",
-            file: "NotifyServer/ClientConnection.swift", function: "channelActive(context:)", line: 65,
+            file: "NotifyServer/PeerChannelHandler.swift", function: "channelActive(context:)", line: 65,
             error: error, includesMetadataInMessage: includesMetadataInMessage)
     }
 
@@ -24,7 +24,7 @@ struct JournalEntryTests {
         #expect(entry["MESSAGE"] == "connection opened")
         #expect(entry["PRIORITY"] == "6")
         #expect(entry["SYSLOG_IDENTIFIER"] == "notifyd")
-        #expect(entry["CODE_FILE"] == "NotifyServer/ClientConnection.swift")
+        #expect(entry["CODE_FILE"] == "NotifyServer/PeerChannelHandler.swift")
         #expect(entry["CODE_LINE"] == "65")
         #expect(entry["CODE_FUNC"] == "channelActive(context:)")
         #expect(entry["LOGGER"] == "notifyd")

@@ -1,3 +1,6 @@
+import Logging
+import NIOEmbedded
+import NotifyWire
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -5,31 +8,47 @@ import Testing
 
 @testable import NotifyServer
 
-/// Reaches `NotifyServer`'s private event loop group by reflection (`@testable` does not open `private`).
-func eventLoopGroup(of server: NotifyServer) throws -> MultiThreadedEventLoopGroup {
-    try #require(
-        Mirror(reflecting: server).children.first { $0.label == "group" }?.value as? MultiThreadedEventLoopGroup,
-        "NotifyServer keeps its event loop group in a property named 'group'")
-}
-
-
 /// The thread name prefix of a server's event loop group, e.g. `NIO-ELT-12-#`.
 func eventLoopThreadPrefix(of server: NotifyServer) throws -> String {
     // "MultiThreadedEventLoopGroup { threadPattern = NIO-ELT-12-#* }"
-    let description = String(describing: try eventLoopGroup(of: server))
+    let description = String(describing: server.group)
     let start = try #require(description.range(of: "threadPattern = ")).upperBound
     let end = try #require(description[start...].firstIndex(of: "*"))
     return String(description[start..<end])
 }
 
-/// Runs `body` on the server's event loop with its router, reached by reflection like ``eventLoopGroup(of:)``.
-func withRouter<T: Sendable>(
-    of server: NotifyServer, _ body: @escaping @Sendable (SubscriptionRouter) -> T
-) async throws -> T {
-    let box = try #require(
-        Mirror(reflecting: server).children.first { $0.label == "router" }?.value
-            as? NIOLockedValueBox<NIOLoopBound<SubscriptionRouter>?>,
-        "NotifyServer keeps its router in a property named 'router'")
-    let bound = try #require(box.withLockedValue { $0 }, "the server is running")
+/// Runs `body` on the server's event loop with its broker.
+func withBroker<T: Sendable>(of server: NotifyServer, _ body: @escaping @Sendable (Broker) -> T) async throws -> T {
+    let bound = try #require(server.broker.withLockedValue { $0 }, "the server is running")
     return try await bound.eventLoop.submit { body(bound.value) }.get()
+}
+
+/// A transport that goes nowhere, for peers that are only compared by identity (the peer holds it weakly: keep
+/// it alive as long as the peers are used).
+final class NullTransport: PeerTransport {
+    func write(_ bytes: ByteBuffer) {}
+    func whenWritten(_ body: @escaping () -> Void) {}
+    func stopReadingForBackPressure() {}
+    func backPressureRelieved() {}
+    func close() {}
+    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) {}
+}
+
+/// `count` peers of a broker on an embedded event loop, which never see a channel.
+func makeDetachedPeers(_ count: Int, label: String) -> [Peer] {
+    let broker = Broker(
+        eventLoop: EmbeddedEventLoop(),
+        configuration: ServerConfiguration(listenAddress: .path("/nonexistent/\(label).sock")),
+        instanceID: InstanceID(high: 0, low: 0), daemonPID: 1, logger: Logger(label: label))
+    let transport = NullTransport()
+    return (0..<count).map { _ in
+        Peer(broker: broker, credentials: SenderCredentials(pid: 1, uid: 0, gid: 0), transport: transport)
+    }
+}
+
+extension PatternTrie {
+    /// Adds `peer` under `pattern` with a default subscription (tests that only compare peers).
+    func insert(_ pattern: NotificationPattern, _ peer: Peer) {
+        set(pattern, Subscriber(peer: peer, subscriptionID: 0, policy: .coalesce))
+    }
 }

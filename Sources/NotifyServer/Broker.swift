@@ -1,0 +1,358 @@
+import Logging
+import NIOCore
+import NIOPosix
+import NotifyWire
+
+/// The daemon's centre: assigns sequence numbers, fans posts out to the delivery queues of the peers whose
+/// subscriptions match, and schedules their flushes. Lives on the server's single event loop, so it needs no
+/// locks.
+///
+/// A post flows one way: the peer's channel handler decodes it, its ``Peer`` checks it and hands it here, the
+/// broker offers it to each recipient's ``DeliveryQueue`` and acts on the answer, and the touched peers are
+/// flushed to their channels once per read burst.
+final class Broker {
+    let eventLoop: EventLoop
+    let configuration: ServerConfiguration
+    let instanceID: InstanceID
+    let daemonPID: UInt32
+    let logger: Logger
+    private(set) var access: AccessControl
+    let accounts: UserAccounts
+    let index = SubscriberIndex()
+    var store = StateStore()
+    /// Finds new peers' groups and command names off the event loop.
+    let identities: PeerIdentityResolver
+    let startTime = NIODeadline.now()
+    private let allocator = ByteBufferAllocator()
+
+    /// Open peers by connection number.
+    private(set) var peers: [UInt64: Peer] = [:]
+    private var nextConnectionNumber: UInt64 = 0
+    /// The sequence number of the last accepted post.
+    private(set) var lastSequence: UInt64 = 0
+    var statistics = ServerStatistics()
+    /// Rates, memory and reloads, for `status` (see `Broker+Introspection.swift`).
+    var samples = StatusSamples()
+
+    /// The broker's state for each peer, indexed by ``Peer/slot``: kept here, not on the peer, since only the
+    /// broker reads it.
+    private struct PeerSlot {
+        /// The mark of the last post or run routed to the peer (to deliver each post once).
+        var mark: UInt64 = 0
+        /// Where the peer is in the recipients being collected (-1: it may not observe the name).
+        var position = 0
+        /// The route of the peer's last run of posts, for its next post.
+        var parked: PostRun.ParkedRoute?
+        /// Whether the slot is in ``parkedSlots``.
+        var isListedAsParked = false
+        /// Whether the peer has bytes appended since its last flush.
+        var isDirty = false
+    }
+    private var slots: [PeerSlot] = []
+    private var freeSlots: [Int] = []
+    private var routeMark: UInt64 = 0
+    /// Slots holding a parked route, each once.
+    private var parkedSlots: [Int] = []
+    /// Not `lazy`: a lazy property's accessors copy the struct, and the copy would make every append to the
+    /// run's buffer copy the whole buffer.
+    private var run: PostRun
+    /// Recipients of a single post, reused from post to post.
+    private var recipients: [Recipient] = []
+    /// Peers with bytes appended since their last flush.
+    private var dirty: [Peer] = []
+    /// Peers holding notifications: offered a release regularly, since one held back by its user's quota (not
+    /// its own queue) gets no write completion to trigger one.
+    private var holding: [UInt64: Peer] = [:]
+
+    init(
+        eventLoop: EventLoop, configuration: ServerConfiguration, instanceID: InstanceID, daemonPID: UInt32,
+        logger: Logger, identityPool: NIOThreadPool? = nil
+    ) {
+        self.identities = PeerIdentityResolver(
+            eventLoop: eventLoop, pool: identityPool, lookup: configuration.identityLookup)
+        self.eventLoop = eventLoop
+        self.configuration = configuration
+        self.instanceID = instanceID
+        self.daemonPID = daemonPID
+        self.logger = logger
+        self.access = AccessControl(configuration: configuration.access)
+        self.accounts = UserAccounts(quotas: configuration.access.quotas)
+        self.run = PostRun(allocator: allocator)
+    }
+
+    /// Replaces the access rules and quotas (configuration reload); existing subscriptions are kept.
+    func updateAccess(_ configuration: AccessConfiguration) {
+        access = AccessControl(configuration: configuration)
+        accounts.quotas = configuration.quotas
+        index.invalidateRoutes()
+    }
+
+    // MARK: Peers
+
+    /// Adds a peer that just connected; returns its connection number and its slot.
+    func register(_ peer: Peer) -> (number: UInt64, slot: Int) {
+        nextConnectionNumber += 1
+        peers[nextConnectionNumber] = peer
+        statistics.connectionsAccepted += 1
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+            slots[slot] = PeerSlot()
+        } else {
+            slot = slots.count
+            slots.append(PeerSlot())
+        }
+        return (nextConnectionNumber, slot)
+    }
+
+    /// Forgets a peer that closed (it has removed its subscriptions already).
+    func unregister(_ peer: Peer) {
+        guard peers.removeValue(forKey: peer.number) != nil else { return }
+        holding.removeValue(forKey: peer.number)
+        // Parked routes may list the closed peer: drop them all rather than keep it alive until each of their
+        // posters posts again. Closes are rare next to posts, and only posters park routes.
+        for slot in parkedSlots {
+            slots[slot].parked = nil
+            slots[slot].isListedAsParked = false
+        }
+        parkedSlots.removeAll(keepingCapacity: true)
+        slots[peer.slot] = PeerSlot()
+        freeSlots.append(peer.slot)
+    }
+
+    /// How many peers hold a parked route (for tests: it must stay within the number of posters).
+    var parkedPosterCount: Int { parkedSlots.count }
+
+    // MARK: Routing
+
+    /// Collects every peer with a subscription matching `name` that may observe it into `recipients`, once per
+    /// peer under its strongest matching subscription.
+    private func collectRecipients(
+        of name: String, exactSubscribers: SubscriberIndex.Subscribers?, into recipients: inout [Recipient]
+    ) {
+        routeMark &+= 1
+        let mark = routeMark
+        let rule = access.mayBeRestricted(name) ? access.rule(for: name) : nil
+        let restricted = rule.map { $0.observe != .all } ?? false
+        index.forEachMatch(name: name, exactSubscribers: exactSubscribers) { subscriber in
+            let slot = subscriber.peer.slot
+            if slots[slot].mark == mark {
+                let position = slots[slot].position
+                if position >= 0, recipients[position].isWeaker(than: subscriber) { recipients[position] = subscriber }
+                return
+            }
+            slots[slot].mark = mark
+            if restricted, !access.mayObserve(rule!, subscriber.peer.identity) {
+                slots[slot].position = -1
+                return
+            }
+            slots[slot].position = recipients.count
+            recipients.append(subscriber)
+        }
+    }
+
+    /// Assigns the next sequence number and offers one shared encoding of the notification to every recipient.
+    /// Ends any open run first.
+    ///
+    /// - Returns: the sequence number and the number of peers it was queued or held for.
+    /// - Parameter exactSubscribers: the index's exact subscribers of `name`, looked up once per post.
+    func post(
+        name: String, payload: ByteBuffer, sender: SenderCredentials, retain: Bool,
+        exactSubscribers: SubscriberIndex.Subscribers?
+    ) -> (sequence: UInt64, delivered: UInt32) {
+        endRun()
+        lastSequence &+= 1
+        statistics.posts += 1
+        let sequence = lastSequence
+        if retain {
+            store.retain(name: name, payload: payload, sender: sender, sequence: sequence, accounts: accounts)
+        }
+        collectRecipients(of: name, exactSubscribers: exactSubscribers, into: &recipients)
+        guard !recipients.isEmpty else { return (sequence, 0) }
+        var frame = allocator.buffer(
+            capacity: NotificationFrame.encodedLength(
+                nameByteCount: name.utf8.count, payloadByteCount: payload.readableBytes))
+        NotificationFrame.encode(sequence: sequence, sender: sender, name: name, payload: payload, into: &frame)
+        var delivered: UInt32 = 0
+        for recipient in recipients where offer(frame, name: name, sequence: sequence, to: recipient) {
+            delivered += 1
+        }
+        recipients.removeAll(keepingCapacity: true)
+        statistics.deliveries += UInt64(delivered)
+        return (sequence, delivered)
+    }
+
+    /// Offers one notification to `recipient`'s queue and acts on the answer.
+    ///
+    /// - Returns: whether it was queued or held.
+    private func offer(_ frame: ByteBuffer, name: String, sequence: UInt64, to recipient: Recipient) -> Bool {
+        let peer = recipient.peer
+        guard peer.isOpen else { return false }
+        let offer = peer.queue.offer(
+            frame, name: name, sequence: sequence, policy: recipient.policy, subscriptionID: recipient.subscriptionID)
+        switch offer {
+        case .queued(let flushNow):
+            flushNow ? flush(peer) : markDirty(peer)
+        case .held(let held):
+            count(held, for: peer)
+        case .slowConsumer(let subscriptionID):
+            statistics.slowConsumerDisconnects += 1
+            peer.disconnectSlowConsumer(subscriptionID: subscriptionID)
+            return false
+        }
+        return true
+    }
+
+    private func count(_ held: DeliveryQueue.Held, for peer: Peer) {
+        statistics.merged += held.merged
+        statistics.dropped += held.dropped
+        if held.startedHolding {
+            holding[peer.number] = peer
+            peer.noteHolding()
+        }
+    }
+
+    // MARK: Runs of posts
+
+    /// Posts a notification that wants no reply and retains nothing, as part of a run of posts by `poster` to
+    /// `name` (see ``PostRun``): continues the open run or ends it and opens a new one.
+    func postInRun(name: String, payload: ByteBuffer, from poster: Peer, exactSubscribers: SubscriberIndex.Subscribers?) {
+        if run.poster !== poster || ExactName(run.name) != ExactName(name) {
+            endRun()
+            run.open(poster: poster, name: name, generation: index.generation, reusing: slots[poster.slot].parked.take())
+            collectRecipients(of: name, exactSubscribers: exactSubscribers, into: &run.recipients)
+        }
+        payload.withUnsafeReadableBytes { appendToRun($0) }
+    }
+
+    /// Adds the `POST` whose fields are `body` to `poster`'s open run, if it continues it: flags 0, the run's
+    /// name byte for byte, a payload within `maxPayload`. Such a post needs no other check: the first post of
+    /// the run passed them all.
+    ///
+    /// A post from `poster` when no run of its is open may resume the route it parked (see ``PostRun``).
+    ///
+    /// - Returns: `false` when the post does not continue the run (nothing was done).
+    func appendToRun(ifContinuedBy poster: Peer, body: ByteBuffer, maxPayload: Int) -> Bool {
+        if run.poster !== poster {
+            guard slots[poster.slot].parked?.generation == index.generation else { return false }
+            endRun()
+            run.resume(poster, slots[poster.slot].parked.take()!)
+        }
+        return body.withUnsafeReadableBytes { fields in
+            guard let payload = run.continuingPayload(fields, maxPayload: maxPayload) else { return false }
+            appendToRun(payload)
+            return true
+        }
+    }
+
+    /// Adds one post to the open run: a sequence number, and the encoded frame if anyone receives it.
+    private func appendToRun(_ payload: UnsafeRawBufferPointer) {
+        lastSequence &+= 1
+        statistics.posts += 1
+        guard !run.recipients.isEmpty else { return }
+        run.append(sequence: lastSequence, payload: payload)
+        if run.encoded.readableBytes >= PostRun.byteLimit { deliverRun() }
+    }
+
+    /// Hands the open run to its recipients and closes it (nothing to do when no run is open).
+    func endRun() {
+        guard run.isOpen else { return }
+        deliverRun()
+        guard let (poster, route) = run.close(currentGeneration: index.generation) else { return }
+        // A poster resumes and re-parks its route once per read: list it once, not once per park.
+        slots[poster.slot].parked = route
+        if !slots[poster.slot].isListedAsParked {
+            slots[poster.slot].isListedAsParked = true
+            parkedSlots.append(poster.slot)
+        }
+    }
+
+    private func deliverRun() {
+        guard !run.frames.isEmpty else { return }
+        var delivered = 0
+        let count = run.frames.count
+        for recipient in run.recipients {
+            let peer = recipient.peer
+            guard peer.isOpen else { continue }
+            if let flushNow = peer.queue.queueIfRoom(run.encoded) {
+                flushNow ? flush(peer) : markDirty(peer)
+                delivered += count
+            } else if let (flushNow, held) = peer.queue.offerRun(
+                run, policy: recipient.policy, subscriptionID: recipient.subscriptionID)
+            {
+                self.count(held, for: peer)
+                flushNow ? flush(peer) : markDirty(peer)
+                delivered += count
+            } else {
+                for frame in run.frames where peer.isOpen {
+                    if offer(run.slice(frame), name: run.name, sequence: frame.sequence, to: recipient) { delivered += 1 }
+                }
+            }
+        }
+        statistics.deliveries += UInt64(delivered)
+        run.clearFrames()
+    }
+
+    // MARK: Flushing and releasing
+
+    /// Notes that `peer` has bytes to flush at the end of the read burst.
+    func markDirty(_ peer: Peer) {
+        guard !slots[peer.slot].isDirty else { return }
+        slots[peer.slot].isDirty = true
+        dirty.append(peer)
+    }
+
+    /// Flushes `peer` now (enough is queued that it should not wait for the end of the burst).
+    func flush(_ peer: Peer) {
+        slots[peer.slot].isDirty = false
+        peer.flush()
+    }
+
+    /// Hands every touched peer's bytes to its channel: one write and flush per peer per burst.
+    func flushDirtyPeers() {
+        guard !dirty.isEmpty else { return }
+        // A flush may close a peer synchronously (and so touch `dirty`): iterate a swapped-out list, then hand
+        // its storage back so steady-state flushing allocates nothing here.
+        var touched: [Peer] = []
+        swap(&touched, &dirty)
+        for peer in touched where peers[peer.number] === peer && slots[peer.slot].isDirty {
+            flush(peer)
+        }
+        touched.removeAll(keepingCapacity: true)
+        if dirty.isEmpty { dirty = touched }
+    }
+
+    /// Offers every holding peer a release of what it holds.
+    func releaseHeldPeers() {
+        for peer in Array(holding.values) { releaseHeld(peer) }
+    }
+
+    /// Moves what `peer` holds into its outbound bytes, if it has room now, and flushes them.
+    func releaseHeld(_ peer: Peer) {
+        guard peer.isOpen, case .released(let caughtUp) = peer.queue.releaseHeld() else { return }
+        if caughtUp {
+            holding.removeValue(forKey: peer.number)
+            peer.logger.info("caught up, no notifications held any more")
+        }
+        flush(peer)
+    }
+
+    /// Stops offering `peer` releases (it sent or discarded everything it held).
+    func stoppedHolding(_ peer: Peer) {
+        holding.removeValue(forKey: peer.number)
+    }
+}
+
+/// Counters kept by the broker, for logs and introspection.
+struct ServerStatistics: Sendable {
+    var connectionsAccepted: UInt64 = 0
+    var posts: UInt64 = 0
+    var deliveries: UInt64 = 0
+    var merged: UInt64 = 0
+    var dropped: UInt64 = 0
+    var slowConsumerDisconnects: UInt64 = 0
+    /// `accept` calls that failed for want of a file descriptor (see ``AcceptGuard``).
+    var acceptFailures: UInt64 = 0
+    /// Connections accepted on the reserve descriptor and closed with `ERROR unavailable`.
+    var connectionsRefused: UInt64 = 0
+}

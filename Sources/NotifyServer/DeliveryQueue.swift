@@ -1,0 +1,252 @@
+import NIOCore
+import NotifyWire
+
+/// What one peer is sent: the bytes waiting for its socket, the notifications held back under its
+/// subscriptions' policies while it cannot take them, and the charge of both to its user's account.
+///
+/// The broker offers it notifications and acts on the answer (flush, count, disconnect); the queue does no I/O.
+struct DeliveryQueue {
+    /// What became of an offered notification.
+    enum Offer {
+        /// Queued for the socket; `flushNow` when enough is queued to hand it over before the read burst ends.
+        case queued(flushNow: Bool)
+        /// Held under its policy (see ``Held``).
+        case held(Held)
+        /// Not taken: the subscription with this id has the `disconnect` policy and the peer is too slow.
+        case slowConsumer(subscriptionID: UInt32)
+    }
+
+    /// What holding notifications cost, for the peer's and the daemon's counters.
+    struct Held {
+        /// Earlier notifications the held ones merged with (`coalesce`).
+        var merged: UInt64 = 0
+        /// Notifications dropped (a queue's limit) or evicted (the byte bounds) to make room.
+        var dropped: UInt64 = 0
+        /// Nothing was held before: the broker starts offering this queue releases.
+        var startedHolding = false
+    }
+
+    private(set) var outbound = OutboundQueue(allocator: ByteBufferAllocator())
+    private var held: HeldNotifications?
+    private var charge: OutboundCharge
+    /// The most bytes pending or held for this peer.
+    let limit: Int
+    /// Unflushed bytes past which the peer is flushed before the read burst ends.
+    private let eagerFlushBytes: Int
+    /// Nesting depth of `SUSPEND`: nothing is queued for the socket while above 0.
+    private(set) var suspendCount = 0
+    private(set) var merged: UInt64 = 0
+    private(set) var dropped: UInt64 = 0
+
+    init(limit: Int, account: UserAccount) {
+        self.limit = limit
+        self.eagerFlushBytes = min(64 * 1024, max(limit / 4, 4 * 1024))
+        self.charge = OutboundCharge(account: account)
+    }
+
+    var pendingBytes: Int { outbound.pendingBytes }
+    var heldBytes: Int { held?.bytes ?? 0 }
+    var isHolding: Bool { held != nil }
+    var isSuspended: Bool { suspendCount > 0 }
+
+    /// Bytes the user's quota still allows this queue to add.
+    private var quotaRoom: Int { charge.account.outboundRoom }
+
+    // MARK: Notifications
+
+    /// Queues encoded notifications (one, or a whole run) in one append, if the peer can take them all now: it
+    /// holds nothing, is not suspended, and they fit its bound and its user's quota.
+    ///
+    /// - Returns: whether to flush now, or `nil` if nothing was done (the caller then holds them or offers
+    ///   them one by one).
+    mutating func queueIfRoom(_ encoded: ByteBuffer) -> Bool? {
+        let size = encoded.readableBytes
+        guard held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, size <= quotaRoom else {
+            return nil
+        }
+        outbound.append(encoded)
+        syncCharge()
+        // One read burst can carry more posts than the bound holds: hand batches to the socket as the burst
+        // goes, so a subscriber that keeps reading is not treated as slow.
+        return outbound.buffer.readableBytes >= eagerFlushBytes
+    }
+
+    /// Queues one notification, or holds it under `policy` when the peer cannot take it now.
+    ///
+    /// - Parameter alsoMerged: earlier notifications of a run, not offered, that this one supersedes (`coalesce`).
+    mutating func offer(
+        _ frame: ByteBuffer, name: String, sequence: UInt64, policy: DeliveryPolicy, subscriptionID: UInt32,
+        alsoMerged: UInt64 = 0
+    ) -> Offer {
+        if let flushNow = queueIfRoom(frame) { return .queued(flushNow: flushNow) }
+        // `disconnect` is for a peer that cannot keep up, not for one that is only working through a backlog it
+        // was allowed to build (after a resume, say): then the notification is held like the rest.
+        let isSlow = outbound.pendingBytes + frame.readableBytes > limit || frame.readableBytes > quotaRoom
+        if suspendCount == 0, policy == .disconnect, isSlow { return .slowConsumer(subscriptionID: subscriptionID) }
+        var result = Held(startedHolding: startHolding())
+        // A `disconnect` subscription that is not being disconnected is held like a bounded queue.
+        let effective = policy == .disconnect ? DeliveryPolicy.queue(limit: 1_000) : policy
+        let outcome = held!.hold(
+            frame, name: name, sequence: sequence, policy: effective, subscriptionID: subscriptionID,
+            alsoMerged: effective == .coalesce ? alsoMerged : 0)
+        result.merged = outcome.merged
+        result.dropped = outcome.dropped + enforceHeldBound()
+        count(result)
+        return .held(result)
+    }
+
+    /// Takes the frames of a run at once where its policy allows: a `queue` subscription queues what fits and
+    /// holds the rest as one chunk (one copy, not one entry per post); a `coalesce` subscription that is holding
+    /// already keeps only the run's last post.
+    ///
+    /// - Returns: `nil` when the run must be offered frame by frame (``offer(_:name:sequence:policy:subscriptionID:alsoMerged:)``).
+    mutating func offerRun(_ run: PostRun, policy: DeliveryPolicy, subscriptionID: UInt32) -> (flushNow: Bool, held: Held)? {
+        if held != nil, policy == .coalesce, let last = run.frames.last {
+            let offer = offer(
+                run.slice(last), name: run.name, sequence: last.sequence, policy: policy, subscriptionID: subscriptionID,
+                alsoMerged: UInt64(run.frames.count - 1))
+            guard case .held(let result) = offer else { return (false, Held()) }
+            return (false, result)
+        }
+        guard case .queue(let queueLimit) = policy, run.frames.count > 1 else { return nil }
+        // What fits now goes out now; the rest is held as one chunk.
+        var first = 0
+        var flushNow = false
+        if held == nil, suspendCount == 0 {
+            var room = min(limit - outbound.pendingBytes, quotaRoom)
+            while first < run.frames.count, run.frames[first].length <= room {
+                room -= run.frames[first].length
+                first += 1
+            }
+            if first > 0 { flushNow = queueIfRoom(run.slice(through: first - 1)) ?? false }
+        }
+        guard first < run.frames.count else { return (flushNow, Held()) }
+        var result = Held(startedHolding: startHolding())
+        result.dropped = held!.holdRun(
+            run.ownedFrames(from: first), count: run.frames.count - first, firstSequence: run.frames[first].sequence,
+            limit: queueLimit, subscriptionID: subscriptionID)
+        result.dropped += enforceHeldBound()
+        count(result)
+        return (flushNow, result)
+    }
+
+    private mutating func count(_ result: Held) {
+        merged += result.merged
+        dropped += result.dropped
+    }
+
+    /// - Returns: whether holding starts now.
+    private mutating func startHolding() -> Bool {
+        guard held == nil else { return false }
+        held = HeldNotifications()
+        return true
+    }
+
+    /// Held bytes are bounded per peer and count towards the user's quota: evicts the oldest beyond.
+    ///
+    /// - Returns: how many notifications were evicted.
+    private mutating func enforceHeldBound() -> UInt64 {
+        var lost: UInt64 = 0
+        while true {
+            var excess = held!.bytes - limit
+            if !charge.account.isExempt {
+                let uncharged = held!.bytes + outbound.pendingBytes - charge.bytes
+                excess = max(excess, uncharged - charge.account.outboundRoom)
+            }
+            guard excess > 0 else { break }
+            let evicted = held!.evictOldest(bytes: excess)
+            if evicted == 0 { break }
+            lost += evicted
+        }
+        syncCharge()
+        return lost
+    }
+
+    /// What a release did.
+    enum Release {
+        /// Nothing: nothing is held, or the peer has no room yet.
+        case none
+        /// Held notifications were queued; `caughtUp` when none is held any more.
+        case released(caughtUp: Bool)
+    }
+
+    /// Moves held notifications into the outbound bytes once the peer has room and is not suspended.
+    mutating func releaseHeld() -> Release {
+        guard held != nil, suspendCount == 0, outbound.pendingBytes <= limit / 2, quotaRoom >= 0 else { return .none }
+        held!.release(into: &outbound.buffer, budget: limit - outbound.pendingBytes)
+        let caughtUp = held!.isEmpty
+        if caughtUp { held = nil }
+        syncCharge()
+        return .released(caughtUp: caughtUp)
+    }
+
+    /// Queues everything held whatever the bound (a graceful shutdown sends it all before `GOODBYE`).
+    ///
+    /// - Returns: whether anything was held.
+    mutating func releaseAllHeld() -> Bool {
+        guard held != nil else { return false }
+        held!.release(into: &outbound.buffer, budget: .max)
+        held = nil
+        syncCharge()
+        return true
+    }
+
+    /// Forgets what is unflushed and held (a slow consumer is being disconnected).
+    mutating func discard() {
+        _ = outbound.discardUnflushed()
+        held = nil
+        syncCharge()
+    }
+
+    // MARK: Replies and suspension
+
+    /// Queues a reply or notice.
+    ///
+    /// - Returns: whether more is pending than the bound (the peer sends requests faster than it reads the
+    ///   replies: the caller stops reading its requests).
+    mutating func append(_ frame: ServerFrame) -> Bool {
+        outbound.append(frame)
+        syncCharge()
+        return outbound.pendingBytes > limit
+    }
+
+    /// Queues a reply without checking the bound (retained notifications before the `OK` that closes them).
+    mutating func appendWithoutCheck(_ frame: ServerFrame) {
+        outbound.append(frame)
+    }
+
+    mutating func suspend() { suspendCount += 1 }
+
+    /// - Returns: `false` when not suspended.
+    mutating func resume() -> Bool {
+        guard suspendCount > 0 else { return false }
+        suspendCount -= 1
+        return true
+    }
+
+    // MARK: Writing
+
+    var hasUnflushedBytes: Bool { outbound.hasUnflushedBytes }
+
+    /// Takes the unflushed bytes to hand to the channel (they stay counted until ``completeWrite(_:)``).
+    mutating func takeForWrite() -> ByteBuffer { outbound.takeForWrite() }
+
+    /// See ``OutboundQueue/recycle(_:)``.
+    mutating func recycle(_ bytes: consuming ByteBuffer) -> Bool { outbound.recycle(bytes) }
+
+    /// Records that `count` bytes handed out were written or discarded.
+    mutating func completeWrite(_ count: Int) {
+        outbound.completeWrite(count)
+        syncCharge()
+    }
+
+    /// Gives the user's charge back (the peer is gone).
+    mutating func close() {
+        held = nil
+        charge.release()
+    }
+
+    private mutating func syncCharge() {
+        charge.set(outbound.pendingBytes + (held?.bytes ?? 0))
+    }
+}

@@ -1,0 +1,254 @@
+import Logging
+import NIOCore
+import NotifyWire
+
+/// What a ``Peer`` needs from its connection: the channel handler implements it, so the peer never touches NIO.
+protocol PeerTransport: AnyObject {
+    /// Writes and flushes `bytes` (the peer recycles their storage if the write completed within the call).
+    func write(_ bytes: ByteBuffer)
+    /// Calls `body` once everything written so far has been written to the socket or discarded.
+    func whenWritten(_ body: @escaping () -> Void)
+    /// Replies are piling up unread: stop reading requests.
+    func stopReadingForBackPressure()
+    /// Replies were drained: read requests again (the handler decides when).
+    func backPressureRelieved()
+    /// Closes the connection now, discarding anything not yet written.
+    func close()
+    /// Runs `body` on the event loop after `delay`.
+    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void)
+}
+
+/// One connected client as the daemon's protocol sees it: its identity, its handshake and lifecycle, its
+/// subscriptions, and the queue of what it is sent. The broker offers it notifications; its requests come
+/// from its channel handler (`Peer+Requests.swift`).
+final class Peer {
+    enum Phase {
+        /// Waiting for `HELLO`.
+        case awaitingHello
+        /// Handshake done; requests are served.
+        case open
+        /// A fatal error was sent or the server is shutting down: input is ignored, the channel is closing.
+        case closing
+        case closed
+    }
+
+    let broker: Broker
+    /// The connection's number in accept order.
+    private(set) var number: UInt64 = 0
+    /// The peer's index in the broker's per-peer tables.
+    private(set) var slot = 0
+    private weak var transport: PeerTransport?
+    /// The channel handler serving this peer (for a graceful shutdown).
+    var handler: PeerChannelHandler? { transport as? PeerChannelHandler }
+    private(set) var phase = Phase.awaitingHello
+    var queue: DeliveryQueue
+    var subscriptions = SubscriptionTable()
+    let account: UserAccount
+    private(set) var logger: Logger
+
+    /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
+    let credentials: SenderCredentials
+    /// Its uid and groups for access decisions; the groups are complete once ``identityFound(groups:)`` ran.
+    private(set) var identity: AccessControl.Identity
+    /// The command name read when the connection opened (`nil`: unknown yet, or hidden by the sandbox).
+    var command: String?
+    private(set) var clientName = ""
+    /// Replies exceed the queue's bound: its requests are not read until they drain.
+    private(set) var isBackPressured = false
+    /// The most full-path frames served in one turn so far (for tests: the bound holds).
+    var mostFramesInOneTurn = 0
+
+    /// Registers a new peer with `broker` and charges its connection to its user; a peer whose user has the
+    /// most connections allowed is refused (an error is sent and it closes).
+    init(broker: Broker, credentials: SenderCredentials, transport: PeerTransport) {
+        self.broker = broker
+        self.credentials = credentials
+        self.transport = transport
+        self.identity = AccessControl.Identity(uid: credentials.uid, groups: [credentials.gid])
+        self.account = broker.accounts.account(for: credentials.uid)
+        self.queue = DeliveryQueue(limit: broker.configuration.outboundByteLimit, account: account)
+        self.logger = broker.logger
+        (number, slot) = broker.register(self)
+        logger[metadataKey: "connection"] = "\(number)"
+        logger[metadataKey: "pid"] = "\(credentials.pid)"
+        logger[metadataKey: "uid"] = "\(credentials.uid)"
+        logger.debug("connection opened")
+        if let denial = account.chargeConnection() {
+            logger.warning(
+                "connection refused: per-user connection quota reached",
+                metadata: ["quota": "\(broker.accounts.quotas.connectionsPerUID)"])
+            failClosing(.quotaExceeded, denial)
+            broker.flushDirtyPeers()
+        }
+    }
+
+    var isOpen: Bool { phase == .open }
+    /// Whether its frames are still read and served.
+    var isServing: Bool { phase == .awaitingHello || phase == .open }
+    var subscriptionCount: Int { subscriptions.count }
+
+    /// Serves requests whatever is pending (a graceful shutdown writes it all within its deadline).
+    func ignoreBackPressure() { isBackPressured = false }
+
+    /// The peer's groups are known: access decisions can be made.
+    func identityFound(groups: Set<UInt32>) {
+        identity = AccessControl.Identity(uid: credentials.uid, groups: groups)
+    }
+
+    /// The handshake: `HELLO` accepted with this client name.
+    func opened(clientName name: String) {
+        phase = .open
+        clientName = name
+        logger[metadataKey: "client"] = "\(clientName)"
+    }
+
+    // MARK: Output
+
+    /// Queues a reply, and stops reading requests while replies exceed the bound.
+    func reply(_ frame: ServerFrame) {
+        let overBound = queue.append(frame)
+        broker.markDirty(self)
+        if overBound, !isBackPressured {
+            // The client sends requests faster than it reads their replies: stop reading its requests until it
+            // catches up, so its replies cannot grow without bound either.
+            isBackPressured = true
+            transport?.stopReadingForBackPressure()
+        }
+    }
+
+    func reject(_ requestID: UInt32, _ code: ErrorCode, _ message: String) {
+        logger.debug("request rejected", metadata: ["code": "\(code)", "reason": "\(message)"])
+        reply(.error(ErrorFrame(requestID: requestID, code: code, message: message)))
+    }
+
+    /// Sends a fatal error and closes this connection once it is written; nothing else is read from it.
+    func fail(_ code: ErrorCode, _ message: String) {
+        guard isServing else { return }
+        logger.notice("protocol error, closing connection", metadata: ["code": "\(code)", "reason": "\(message)"])
+        failClosing(code, message)
+    }
+
+    private func failClosing(_ code: ErrorCode, _ message: String) {
+        _ = queue.append(
+            .error(ErrorFrame(requestID: ProtocolConstants.noRequest, rawCode: code.rawValue, closesConnection: true, message: message)))
+        closeAfterFlushing()
+    }
+
+    /// Stops serving and closes once everything queued has been written.
+    func closeAfterFlushing() {
+        guard phase != .closed else { return }
+        phase = .closing
+        broker.markDirty(self)
+    }
+
+    /// The broker started holding notifications for this peer.
+    func noteHolding() {
+        logger.info(
+            queue.isSuspended ? "holding notifications while suspended" : "client reads too slowly, holding notifications",
+            metadata: ["pending": "\(queue.pendingBytes)"])
+    }
+
+    /// Closes with `ERROR slow-consumer`: a `disconnect` subscription's notification found the peer too slow.
+    func disconnectSlowConsumer(subscriptionID: UInt32) {
+        let pattern = subscriptions[subscriptionID]?.text ?? "?"
+        logger.warning(
+            "disconnecting slow consumer", metadata: ["subscription": "\(subscriptionID)", "pattern": "\(pattern)"])
+        queue.discard()
+        broker.stoppedHolding(self)
+        _ = queue.append(
+            .error(
+                ErrorFrame(
+                    requestID: ProtocolConstants.noRequest, code: .slowConsumer,
+                    message: "the client did not read its notifications fast enough (over \(queue.limit) bytes pending) "
+                        + "and subscription \(subscriptionID) ('\(pattern)') asked to be disconnected")))
+        closeAfterFlushing()
+        // A peer that never reads again would keep the connection open forever: close it after a grace period.
+        let grace = TimeAmount.nanoseconds(Int64(broker.configuration.slowConsumerGraceSeconds * 1e9))
+        transport?.schedule(in: grace) { [self] in forceClose() }
+    }
+
+    /// Writes and flushes everything queued since the last flush (the broker calls it once per read burst).
+    func flush() {
+        guard phase != .closed, let transport else { return }
+        if queue.hasUnflushedBytes {
+            let bytes = queue.takeForWrite()
+            let count = bytes.readableBytes
+            // Most writes finish inside this call, so they are written without a promise: if the channel no
+            // longer holds the bytes afterwards, they were written (and their storage takes the next batch).
+            // Only a write the channel could not finish gets a completion, after everything before it.
+            transport.write(bytes)
+            if queue.recycle(bytes) {
+                writeCompleted(count)
+            } else {
+                transport.whenWritten { [self] in writeCompleted(count) }
+            }
+        }
+        if phase == .closing, queue.pendingBytes == 0 {
+            closed()
+            transport.close()
+        }
+    }
+
+    private func writeCompleted(_ count: Int) {
+        queue.completeWrite(count)
+        guard phase != .closed else { return }
+        broker.releaseHeld(self)
+        if isBackPressured, queue.pendingBytes <= queue.limit / 2 {
+            isBackPressured = false
+            transport?.backPressureRelieved()
+        }
+        if phase == .closing, queue.pendingBytes == 0 { flush() }
+    }
+
+    /// The connection is gone (or about to be): gives back everything charged and leaves the broker.
+    func closed() {
+        guard phase != .closed else { return }
+        phase = .closed
+        let released = subscriptions.removeAll(peer: self, from: broker.index)
+        account.releaseSubscriptions(released.subscriptions, patternLabels: released.patternLabels)
+        account.releaseConnection()
+        queue.close()
+        broker.unregister(self)
+        // Routine closes are debug; a client that lost notifications is worth an operator's attention.
+        logger.log(
+            level: queue.dropped > 0 ? .notice : .debug, "connection closed",
+            metadata: queue.dropped + queue.merged > 0 ? ["dropped": "\(queue.dropped)", "merged": "\(queue.merged)"] : nil)
+    }
+
+    // MARK: Shutdown
+
+    /// Starts a graceful close for daemon shutdown: everything already queued and held is written, then a
+    /// `GOODBYE` frame tells the client to reconnect calmly, after a delay spread over
+    /// ``goodbyeReconnectDelays`` so that the clients of a restarting daemon do not all come back at once.
+    func beginShutdown() {
+        guard isServing else { return }
+        // What is held for a slow or suspended client is bounded already: send it too, in order, so nothing
+        // posted before the shutdown is lost without a word.
+        if queue.releaseAllHeld() { broker.stoppedHolding(self) }
+        _ = queue.append(
+            .goodbye(
+                GoodbyeFrame(
+                    reconnectAfterMilliseconds: UInt32.random(in: Self.goodbyeReconnectDelays),
+                    reason: "notifyd is shutting down")))
+        closeAfterFlushing()
+    }
+
+    /// The range of `GOODBYE.reconnect_after_ms` values, in milliseconds (PROTOCOL.md § 7).
+    static let goodbyeReconnectDelays: ClosedRange<UInt32> = 250...1_000
+
+    /// Closes at once, discarding what is queued (when the shutdown deadline or a slow consumer's grace passed).
+    func forceClose() {
+        guard phase != .closed else { return }
+        transport?.close()
+    }
+
+    // MARK: Introspection
+
+    func introspection() -> Introspection.Client {
+        Introspection.Client(
+            connection: number, pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
+            command: command, clientName: clientName, subscriptions: subscriptions.count,
+            pendingBytes: queue.pendingBytes, heldBytes: queue.heldBytes, suspended: queue.isSuspended,
+            merged: queue.merged, dropped: queue.dropped)
+    }
+}

@@ -1,0 +1,270 @@
+import NIOCore
+import NotifyWire
+
+/// The NIO side of one client connection: reads and frames its bytes, serves them through its ``Peer`` within a
+/// per-turn budget, and writes what the peer is sent. It decides when to read; the peer decides what to answer.
+final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let broker: Broker
+    private var context: ChannelHandlerContext?
+    private var peer: Peer?
+    private var accumulator: FrameAccumulator<ClientFrame>
+    /// Set until the peer's groups are known: nothing is served before, since an access decision needs them.
+    private var awaitingIdentity = false
+    /// Reading was switched off while the groups are looked up.
+    private var readingPausedForIdentity = false
+    /// The peer closed its side while frames were still to be served (``awaitingIdentity`` or
+    /// ``servingDeferred``): handled once they have been.
+    private var inputClosedPending = false
+    /// Frames wait in the accumulator for the next turn of the event loop (see ``framesPerTurn``); reading is
+    /// off meanwhile.
+    private var servingDeferred = false
+    /// Frames served through the full path, posts continuing a run, and pattern nodes visited, this turn.
+    private var turnFrames = 0
+    private var turnRunPosts = 0
+    private var turnPatternVisits = 0
+
+    init(broker: Broker) {
+        self.broker = broker
+        self.accumulator = FrameAccumulator(maxFrameLength: broker.configuration.limits.maxFrameLength)
+    }
+
+    /// Full-path frames (requests, posts that start a run) one peer has served in one turn of the event loop;
+    /// the rest waits for the next turn, after other connections' events: a client that pipelines thousands of
+    /// subscriptions cannot hold the loop from everyone else.
+    static let framesPerTurn = 256
+    /// Posts continuing a run served in one turn (each costs about a copy of its bytes).
+    static let runPostsPerTurn = 16_384
+    /// Pattern trie nodes the frames of one peer may have matches visit in one turn: posts to names that many
+    /// patterns could match cost more than others, and are counted by that cost.
+    static let patternVisitsPerTurn = 65_536
+
+    /// Starts a new turn's budget.
+    private func startTurn() {
+        turnFrames = 0
+        turnRunPosts = 0
+        turnPatternVisits = 0
+    }
+
+    // MARK: Channel events
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // The handler and its context hold each other: break the cycle, or every closed connection leaks.
+        self.context = nil
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let credentials =
+            PeerCredentials.read(from: context.channel) ?? SenderCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
+        let peer = Peer(broker: broker, credentials: credentials, transport: self)
+        self.peer = peer
+        awaitingIdentity = true
+        broker.identities.resolve(
+            credentials, groupsFound: { [self] groups in groupsFound(groups) },
+            commandFound: { command in peer.command = command })
+        if awaitingIdentity {
+            // Nothing is read until the groups are known: the socket's buffer holds what the client sends.
+            readingPausedForIdentity = true
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        // A read loop that ends in an error or EOF gets no channelReadComplete: flush what this connection's
+        // last reads queued for others.
+        broker.flushDirtyPeers()
+        peer?.closed()
+        context.fireChannelInactive()
+    }
+
+    /// The peer's groups are known: serve what arrived meanwhile, and read again.
+    private func groupsFound(_ groups: Set<UInt32>) {
+        awaitingIdentity = false
+        peer?.identityFound(groups: groups)
+        guard readingPausedForIdentity else { return }  // found at once: reading never paused
+        readingPausedForIdentity = false
+        guard let peer, peer.isServing else { return }
+        serveBufferedFrames(peer)
+        if inputClosedPending, !servingDeferred { inputClosed(peer) }
+        broker.flushDirtyPeers()
+        resumeReadingIfAllowed()
+    }
+
+    /// Turns reading back on unless something still holds it off: back-pressure, the identity lookup, or
+    /// frames deferred to the next turn.
+    private func resumeReadingIfAllowed() {
+        guard let peer, peer.isServing, !peer.isBackPressured, !readingPausedForIdentity, !servingDeferred,
+            let context
+        else { return }
+        context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+        context.read()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard let peer, peer.isServing else { return }
+        accumulator.append(unwrapInboundIn(data))
+        guard !awaitingIdentity, !servingDeferred else { return }
+        serveBufferedFrames(peer)
+    }
+
+    /// Decodes and serves the complete frames received so far, up to this turn's budget.
+    private func serveBufferedFrames(_ peer: Peer) {
+        let maxPayload = Int(broker.configuration.limits.maxPayloadLength)
+        do throws(WireDecodingError) {
+            while peer.isServing {
+                // A client that does not read its replies gets no more served until it does (a write completion
+                // serves the rest): its requests, a QUERY above all, cannot grow its queue without bound.
+                if peer.isBackPressured { break }
+                if turnFrames >= Self.framesPerTurn || turnRunPosts >= Self.runPostsPerTurn
+                    || turnPatternVisits >= Self.patternVisitsPerTurn
+                {
+                    deferServing()
+                    break
+                }
+                guard var frame = try accumulator.nextRawFrame() else { break }
+                // A post that continues this peer's run of posts to one name needs no decoding or checks beyond
+                // its size: the first post of the run passed them all (see PostRun).
+                if frame.type == MessageType.post.rawValue,
+                    broker.appendToRun(ifContinuedBy: peer, body: frame.body, maxPayload: maxPayload)
+                {
+                    turnRunPosts += 1
+                    continue
+                }
+                broker.endRun()
+                turnFrames += 1
+                peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFrames)
+                let visitsBefore = broker.index.patternNodesVisited
+                peer.handle(try ClientFrame.decode(type: frame.type, body: &frame.body))
+                turnPatternVisits += broker.index.patternNodesVisited &- visitsBefore
+            }
+        } catch {
+            broker.endRun()
+            peer.fail(error.code, error.description)
+        }
+        broker.endRun()
+    }
+
+    /// Serves the frames left over at the next turn of the event loop, reading nothing new meanwhile.
+    private func deferServing() {
+        guard !servingDeferred, accumulator.bufferedBytes > 0, let context else { return }
+        servingDeferred = true
+        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        context.eventLoop.assumeIsolated().execute { [self] in
+            servingDeferred = false
+            startTurn()
+            guard let peer, peer.isServing else { return }
+            serveBufferedFrames(peer)
+            if inputClosedPending, !servingDeferred { inputClosed(peer) }
+            broker.flushDirtyPeers()
+            resumeReadingIfAllowed()
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // The turn's budget starts again with the next read (frames deferred meanwhile are served first).
+        if !servingDeferred { startTurn() }
+        broker.flushDirtyPeers()
+        context.fireChannelReadComplete()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            if awaitingIdentity || servingDeferred {
+                inputClosedPending = true
+            } else if let peer {
+                inputClosed(peer)
+                broker.flushDirtyPeers()
+            }
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// The peer finished sending. A partial frame left behind is a protocol violation worth reporting;
+    /// otherwise write whatever is still queued for it, then close.
+    private func inputClosed(_ peer: Peer) {
+        do throws(WireDecodingError) {
+            try accumulator.finish()
+            peer.closeAfterFlushing()
+        } catch {
+            peer.fail(error.code, error.description)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        peer?.logger.debug("connection error", metadata: ["error": "\(error)"])
+        broker.flushDirtyPeers()
+        context.close(promise: nil)
+    }
+
+    // MARK: Shutdown
+
+    /// Serves every whole frame already received, whatever the per-turn budget: the first step of a graceful
+    /// shutdown, for every connection before any gets its `GOODBYE`, so that a post the daemon has taken from
+    /// its socket reaches every subscriber. (A peer whose groups are still being looked up has been served
+    /// nothing yet and is left so.)
+    func serveReceivedFrames() {
+        guard let peer, peer.isServing, !awaitingIdentity else { return }
+        servingDeferred = false
+        peer.ignoreBackPressure()  // what is served now is written before the GOODBYE, within the deadline
+        while peer.isServing, accumulator.bufferedBytes > 0 {
+            startTurn()
+            let before = accumulator.bufferedBytes
+            serveBufferedFrames(peer)
+            if accumulator.bufferedBytes == before { break }  // only a partial frame is left
+        }
+        servingDeferred = false
+    }
+
+    /// Sends `GOODBYE` after what is queued (see ``Peer/beginShutdown()``).
+    ///
+    /// - Returns: a future that completes when the channel has closed.
+    func beginShutdown() -> EventLoopFuture<Void> {
+        guard let context else { return broker.eventLoop.makeSucceededVoidFuture() }
+        peer?.beginShutdown()
+        return context.channel.closeFuture
+    }
+
+    // MARK: PeerTransport
+
+    func write(_ bytes: ByteBuffer) {
+        context?.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+    }
+
+    func whenWritten(_ body: @escaping () -> Void) {
+        guard let context else { return }
+        // An empty write behind the others completes once everything before it is written.
+        let barrier = context.eventLoop.makePromise(of: Void.self)
+        barrier.futureResult.assumeIsolated().whenComplete { _ in body() }
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: barrier)
+    }
+
+    func stopReadingForBackPressure() {
+        context?.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+    }
+
+    func backPressureRelieved() {
+        // Frames left unserved while paused are served at the next turn (never from inside a write's
+        // completion, which can run while another connection's frames are being served).
+        if accumulator.bufferedBytes > 0, !awaitingIdentity {
+            deferServing()
+        } else {
+            resumeReadingIfAllowed()
+        }
+    }
+
+    func close() {
+        context?.close(promise: nil)
+    }
+
+    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) {
+        context?.eventLoop.assumeIsolated().scheduleTask(in: delay) { body() }
+    }
+}

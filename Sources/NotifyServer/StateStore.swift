@@ -1,0 +1,76 @@
+import NIOCore
+import NotifyWire
+
+/// The state values set with `SET_STATE` and the last notification posted with `retain` on each name, each
+/// charged to the user who set or posted it.
+struct StateStore {
+    /// The last notification posted with `retain` on a name.
+    struct RetainedNotification {
+        var sequence: UInt64
+        var sender: SenderCredentials
+        var payload: ByteBuffer
+        var ownerUID: UInt32
+    }
+
+    private(set) var states: [ExactName: (value: UInt64, ownerUID: UInt32)] = [:]
+    private(set) var retained: [ExactName: RetainedNotification] = [:]
+
+    // MARK: State values
+
+    func state(of name: String) -> UInt64? { states[ExactName(name)]?.value }
+
+    /// Sets a state value; a name new to the store is charged to `account`.
+    ///
+    /// - Returns: why it cannot be set (the user's quota of state names is used up), or `nil`.
+    mutating func setState(_ value: UInt64, for name: String, account: UserAccount) -> String? {
+        let key = ExactName(name)
+        if states[key] != nil {
+            states[key]!.value = value
+            return nil
+        }
+        if let denial = account.chargeStateName() { return denial }
+        states[key] = (value, account.uid)
+        return nil
+    }
+
+    // MARK: Retained notifications
+
+    /// Why `account`'s user may not retain a payload of `size` bytes on `name`, or `nil` if it may.
+    func checkRetain(_ size: Int, name: String, account: UserAccount) -> String? {
+        let replaced = retained[ExactName(name)].map { $0.ownerUID == account.uid ? $0.payload.readableBytes : 0 } ?? 0
+        return account.checkRetained(adding: size - replaced)
+    }
+
+    /// Keeps `payload` as `name`'s retained notification, charged to its sender (see ``checkRetain(_:name:account:)``).
+    mutating func retain(
+        name: String, payload: ByteBuffer, sender: SenderCredentials, sequence: UInt64, accounts: UserAccounts
+    ) {
+        let key = ExactName(name)
+        if let previous = retained[key] {
+            accounts.account(for: previous.ownerUID).chargeRetained(-previous.payload.readableBytes)
+        }
+        // Own copy: the decoded payload is a slice of the peer's read buffer.
+        var copy = ByteBufferAllocator().buffer(capacity: payload.readableBytes)
+        copy.writeImmutableBuffer(payload)
+        retained[key] = RetainedNotification(sequence: sequence, sender: sender, payload: copy, ownerUID: sender.uid)
+        accounts.account(for: sender.uid).chargeRetained(payload.readableBytes)
+    }
+
+    /// The retained notifications of every name `pattern` matches, oldest first, for which `mayObserve` holds.
+    func retainedNotifications(
+        matching pattern: NotificationPattern, where mayObserve: (String) -> Bool
+    ) -> [NotificationFrame] {
+        let matches: [(String, RetainedNotification)]
+        if pattern.hasWildcards {
+            matches = retained.filter { pattern.matches($0.key.string) }.map { ($0.key.string, $0.value) }
+        } else {
+            matches = retained[ExactName(pattern.text)].map { [(pattern.text, $0)] } ?? []
+        }
+        return matches
+            .filter { name, _ in mayObserve(name) }
+            .sorted { $0.1.sequence < $1.1.sequence }
+            .map { name, entry in
+                NotificationFrame(sequence: entry.sequence, sender: entry.sender, name: name, payload: entry.payload)
+            }
+    }
+}

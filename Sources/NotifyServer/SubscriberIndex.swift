@@ -1,0 +1,142 @@
+import NotifyWire
+
+/// A peer's subscription as the index stores it: for each exact name or pattern a peer subscribed to, the
+/// strongest of its subscriptions with that text, so a match carries the policy to deliver under.
+struct Subscriber {
+    let peer: Peer
+    var subscriptionID: UInt32
+    var policy: DeliveryPolicy
+
+    /// Whether `other` should win over this one for the same peer: the stronger policy, and between equals the
+    /// lower subscription id, so the choice does not depend on the order of the matches.
+    func isWeaker(than other: Subscriber) -> Bool {
+        other.policy.strength > policy.strength
+            || (other.policy.strength == policy.strength && other.subscriptionID < subscriptionID)
+    }
+}
+
+/// Who subscribed to what: the exact-name table and the pattern trie, with each peer at most once per name
+/// or pattern, and a routing generation that every change bumps (parked routes compare it).
+final class SubscriberIndex {
+    /// The subscribers of one exact name. Most names have a single subscriber, kept inline: no list object and
+    /// no array per name (memory per subscription is one of the daemon's targets).
+    enum Subscribers {
+        case one(Subscriber)
+        case many(SubscriberList)
+
+        var count: Int {
+            switch self {
+            case .one: 1
+            case .many(let list): list.subscribers.count
+            }
+        }
+
+        @inline(__always)
+        func forEach(_ body: (Subscriber) -> Void) {
+            switch self {
+            case .one(let subscriber): body(subscriber)
+            case .many(let list): for subscriber in list.subscribers { body(subscriber) }
+            }
+        }
+    }
+
+    /// The subscribers of a name with more than one, updated in place.
+    final class SubscriberList {
+        var subscribers: [Subscriber]
+
+        init(_ subscribers: [Subscriber]) { self.subscribers = subscribers }
+    }
+
+    private var exact: [ExactName: Subscribers] = [:]
+    private let patterns = PatternTrie()
+    /// Counts the changes that outdate routes worked out before them.
+    private(set) var generation: UInt64 = 0
+
+    /// Names with at least one exact subscriber.
+    var nameCount: Int { exact.count }
+    /// Pattern entries (one per peer and pattern).
+    var patternCount: Int { patterns.count }
+    /// Pattern trie nodes: what all patterns cost in memory, and the most one match can visit.
+    var patternNodeCount: Int { patterns.nodeCount }
+    /// Pattern trie nodes visited by matches so far: the routing work a peer's frames cost.
+    var patternNodesVisited: Int { patterns.nodesVisited }
+
+    /// Outdates every route worked out so far (the access rules changed).
+    func invalidateRoutes() { generation &+= 1 }
+
+    /// Adds `subscriber` to the subscribers of exactly `name`, or replaces its peer's entry there.
+    func set(_ subscriber: Subscriber, exact name: String) {
+        generation &+= 1
+        let key = ExactName(name)
+        switch exact[key] {
+        case nil:
+            exact[key] = .one(subscriber)
+        case .one(let other):
+            exact[key] = other.peer === subscriber.peer ? .one(subscriber) : .many(SubscriberList([other, subscriber]))
+        case .many(let list):
+            if let index = list.subscribers.firstIndex(where: { $0.peer === subscriber.peer }) {
+                list.subscribers[index] = subscriber
+            } else {
+                list.subscribers.append(subscriber)
+            }
+        }
+    }
+
+    /// Removes `peer`'s entry for exactly `name`.
+    func remove(_ peer: Peer, exact name: String) {
+        generation &+= 1
+        let key = ExactName(name)
+        switch exact[key] {
+        case nil:
+            return
+        case .one(let other):
+            if other.peer === peer { exact.removeValue(forKey: key) }
+        case .many(let list):
+            guard let index = list.subscribers.firstIndex(where: { $0.peer === peer }) else { return }
+            list.subscribers.swapAt(index, list.subscribers.count - 1)
+            list.subscribers.removeLast()
+            if list.subscribers.count == 1 { exact[key] = .one(list.subscribers[0]) }
+        }
+    }
+
+    /// Adds `subscriber` under `pattern`, or replaces its peer's entry there.
+    func set(_ subscriber: Subscriber, pattern: NotificationPattern) {
+        generation &+= 1
+        patterns.set(pattern, subscriber)
+    }
+
+    /// Removes `peer`'s entry under `pattern`.
+    func remove(_ peer: Peer, pattern: NotificationPattern) {
+        generation &+= 1
+        patterns.remove(pattern, peer)
+    }
+
+    /// The exact subscribers of `name`, if any; having them also proves it passed the name grammar when it
+    /// was subscribed.
+    func exactSubscribers(of name: String) -> Subscribers? { exact[ExactName(name)] }
+
+    /// `peer`'s entry for exactly `name`, if it has one.
+    func subscriber(of peer: Peer, exact name: String) -> Subscriber? {
+        switch exact[ExactName(name)] {
+        case nil: nil
+        case .one(let subscriber): subscriber.peer === peer ? subscriber : nil
+        case .many(let list): list.subscribers.first { $0.peer === peer }
+        }
+    }
+
+    /// How many peers subscribed to exactly `name`.
+    func subscriberCount(of name: ExactName) -> Int { exact[name]?.count ?? 0 }
+
+    /// Every name with an exact subscriber.
+    var exactNames: Dictionary<ExactName, Subscribers>.Keys { exact.keys }
+
+    /// Calls `body` for each entry matching `name`: its exact subscribers (looked up by the caller), then the
+    /// patterns. A peer may come more than once (an exact name and patterns, or several patterns).
+    @inline(__always)
+    func forEachMatch(name: String, exactSubscribers: Subscribers?, _ body: (Subscriber) -> Void) {
+        exactSubscribers?.forEach(body)
+        if patterns.count > 0 {
+            patterns.forEachMatch(name: name, body)
+        }
+    }
+}

@@ -1,0 +1,120 @@
+/// What all of one user's connections hold together. Each resource's owner charges it here (a peer its
+/// connection and subscriptions, a delivery queue its bytes, the state store its names and retained bytes) and
+/// gives the charge back when the resource goes.
+final class UserAccount {
+    let uid: UInt32
+    /// The registry, for the quotas in force (a configuration reload changes them).
+    private unowned let registry: UserAccounts
+    private(set) var connections = 0
+    private(set) var subscriptions = 0
+    /// Labels of this user's patterns in the pattern trie (see ``PatternTrie/cost(of:)``).
+    private(set) var patternLabels = 0
+    /// Bytes queued or held for all of this user's connections.
+    fileprivate(set) var outboundBytes = 0
+    private(set) var retainedBytes = 0
+    private(set) var stateNames = 0
+
+    fileprivate init(uid: UInt32, registry: UserAccounts) {
+        self.uid = uid
+        self.registry = registry
+    }
+
+    /// Root is not subject to quotas.
+    var isExempt: Bool { uid == 0 }
+
+    private var quotas: AccessConfiguration.Quotas { registry.quotas }
+
+    /// Bytes this user's connections may still have queued or held beyond what they have.
+    var outboundRoom: Int { isExempt ? .max : quotas.outboundBytesPerUID - outboundBytes }
+
+    /// Charges one connection, unless the user has the most allowed (the charge is made all the same: the
+    /// connection is refused and closed, and gives it back like any other).
+    ///
+    /// - Returns: why the connection is refused, or `nil`.
+    func chargeConnection() -> String? {
+        connections += 1
+        let quota = quotas.connectionsPerUID
+        guard !isExempt, connections > quota else { return nil }
+        return "uid \(uid) already has the maximum of \(quota) connections"
+    }
+
+    func releaseConnection() { connections -= 1 }
+
+    /// Charges one subscription and the pattern labels it adds to the trie (0 for an exact name, or a pattern
+    /// the connection already has), unless that exceeds a quota: then nothing is charged.
+    ///
+    /// - Returns: why the subscription is refused, or `nil`.
+    func chargeSubscription(patternLabels labels: Int) -> String? {
+        if !isExempt {
+            let quota = quotas.subscriptionsPerUID
+            if subscriptions >= quota { return "uid \(uid) already holds the maximum of \(quota) subscriptions" }
+            let labelQuota = quotas.patternLabelsPerUID
+            if labels > 0, patternLabels + labels > labelQuota {
+                return "uid \(uid)'s patterns already hold \(patternLabels) labels and this one has \(labels); "
+                    + "the maximum is \(labelQuota) (quota pattern-labels-per-uid)"
+            }
+        }
+        subscriptions += 1
+        patternLabels += labels
+        return nil
+    }
+
+    func releaseSubscriptions(_ count: Int, patternLabels labels: Int) {
+        subscriptions -= count
+        patternLabels -= labels
+    }
+
+    /// Charges a state name, unless the user set the most allowed.
+    ///
+    /// - Returns: why the state cannot be set, or `nil`.
+    func chargeStateName() -> String? {
+        let quota = quotas.stateNamesPerUID
+        if !isExempt, stateNames >= quota { return "uid \(uid) already set the state of the maximum of \(quota) names" }
+        stateNames += 1
+        return nil
+    }
+
+    /// Whether retained payloads can grow by `delta` bytes (the new payload less the one it replaces).
+    ///
+    /// - Returns: why the payload cannot be retained, or `nil`.
+    func checkRetained(adding delta: Int) -> String? {
+        let quota = quotas.retainedBytesPerUID
+        guard !isExempt, retainedBytes + delta > quota else { return nil }
+        return "retaining this payload would exceed uid \(uid)'s quota of \(quota) retained bytes"
+    }
+
+    func chargeRetained(_ delta: Int) { retainedBytes += delta }
+}
+
+/// The accounts of every user that has connected, and the quotas they are held to.
+final class UserAccounts {
+    /// The per-user quotas in force.
+    var quotas: AccessConfiguration.Quotas
+    private var accounts: [UInt32: UserAccount] = [:]
+
+    init(quotas: AccessConfiguration.Quotas) { self.quotas = quotas }
+
+    func account(for uid: UInt32) -> UserAccount {
+        if let account = accounts[uid] { return account }
+        let account = UserAccount(uid: uid, registry: self)
+        accounts[uid] = account
+        return account
+    }
+}
+
+/// The bytes one delivery queue has charged to its user's account: kept in step with what the queue holds.
+struct OutboundCharge {
+    let account: UserAccount
+    private(set) var bytes = 0
+
+    init(account: UserAccount) { self.account = account }
+
+    /// Makes the charge `now` bytes.
+    mutating func set(_ now: Int) {
+        account.outboundBytes += now - bytes
+        bytes = now
+    }
+
+    /// Gives the whole charge back (the queue is gone).
+    mutating func release() { set(0) }
+}

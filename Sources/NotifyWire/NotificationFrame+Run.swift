@@ -1,0 +1,92 @@
+import NIOCore
+
+extension NotificationFrame {
+    /// Encodes the `NOTIFICATION` frames of a run of posts by one sender to one name: the fields they share
+    /// (sender and name) are encoded once, and each frame is then one reservation and two copies.
+    ///
+    /// Produces the same bytes as ``NotificationFrame/encode(sequence:sender:name:payload:into:)`` (the golden
+    /// vectors check both).
+    public struct RunEncoder {
+        /// Sender pid, uid and gid, then the name with its length, as encoded; `nil` before the first run.
+        /// Reused from run to run.
+        private var shared: ByteBuffer?
+
+        /// An encoder with no run started (it allocates nothing until it starts one).
+        public init() {}
+
+        /// Starts encoding frames for posts by `sender` to `name`.
+        public mutating func start(sender: SenderCredentials, name: String) {
+            if shared == nil { shared = ByteBufferAllocator().buffer(capacity: 64) }
+            shared!.clear()
+            NotificationFrame.writeSenderAndName(sender: sender, name: name, into: &shared!)
+        }
+
+        /// Whether `nameField` (a name's length and bytes, as `POST` carries them) is this run's name, byte for byte.
+        public func hasName(_ nameField: UnsafeRawBufferPointer) -> Bool {
+            guard let shared else { return false }
+            return shared.withUnsafeReadableBytes { UnsafeRawBufferPointer(rebasing: $0[12...]).bytesEqual(nameField) }
+        }
+
+        /// Appends the whole `NOTIFICATION` frame of one post of the run to `buffer`.
+        ///
+        /// - Returns: the frame's length, prefix included.
+        @discardableResult
+        public func encode(sequence: UInt64, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer) -> Int {
+            precondition(shared != nil, "encode before start")
+            let bodyLength = 1 + 8 + shared!.readableBytes + 4 + payload.count
+            let total = ProtocolConstants.lengthPrefixSize + bodyLength
+            shared!.withUnsafeReadableBytes { shared in
+                _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
+                    out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
+                    out[4] = MessageType.notification.rawValue
+                    out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
+                    var position = 13
+                    UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + shared.count)]).copyMemory(from: shared)
+                    position += shared.count
+                    out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
+                    position += 4
+                    if payload.count > 0 {
+                        UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)])
+                            .copyMemory(from: payload)
+                    }
+                    return total
+                }
+            }
+            return total
+        }
+    }
+}
+
+extension ClientFrame {
+    /// The fields of a `POST` read where they lie (after the type byte), without building the name's `String`
+    /// or a `ByteBuffer` for the payload: for a daemon that recognises a post continuing a run by comparing
+    /// ``nameField`` with the run's name.
+    ///
+    /// The name's UTF-8 is **not** validated; anything other than that byte-for-byte comparison must decode the
+    /// frame with ``ClientFrame/decode(type:body:)``. The pointers are valid only while the bytes are.
+    public struct PostFields {
+        /// The `flags` byte.
+        public var flags: UInt8
+        /// The name's length field and bytes, as sent.
+        public var nameField: UnsafeRawBufferPointer
+        /// The payload's bytes.
+        public var payload: UnsafeRawBufferPointer
+
+        /// Reads the fields of a `POST`; `nil` wherever ``ClientFrame/decode(type:body:)`` would throw for the
+        /// frame's layout (a field cut short, a payload length that does not match).
+        @inlinable
+        public init?(fields: UnsafeRawBufferPointer) {
+            // request_id u32, flags u8, name (u16 + bytes), payload (u32 + bytes)
+            let nameStart = 4 + 1 + 2
+            guard fields.count >= nameStart else { return nil }
+            let nameLength = Int(fields[nameStart - 2]) << 8 | Int(fields[nameStart - 1])
+            let payloadStart = nameStart + nameLength + 4
+            guard fields.count >= payloadStart else { return nil }
+            let declared = fields.loadUnaligned(fromByteOffset: payloadStart - 4, as: UInt32.self).bigEndian
+            guard UInt64(declared) == UInt64(fields.count - payloadStart) else { return nil }
+            flags = fields[4]
+            nameField = UnsafeRawBufferPointer(rebasing: fields[(nameStart - 2)..<(nameStart + nameLength)])
+            payload = UnsafeRawBufferPointer(rebasing: fields[payloadStart...])
+        }
+    }
+}
