@@ -19,27 +19,27 @@ import NotifyWire
 /// quota state-names-per-uid 10000
 /// user-names observe=owner
 /// ```
-public struct AccessConfiguration: Sendable, Hashable {
+package struct AccessConfiguration: Sendable, Hashable {
     /// Reserved prefixes; the longest matching prefix decides.
-    public var rules: [PrefixRule]
+    package var rules: [PrefixRule]
     /// Per-user limits (root is exempt).
-    public var quotas: Quotas
+    package var quotas: Quotas
     /// Who may observe (subscribe to, list, read the state of) a user's `user.<uid>.` names: `.owner` (that uid
     /// and root: the default, as Darwin keeps `user.uid.` names private) or `.all` (`user-names observe=all`).
-    public var userNamesObserve: Permission
+    package var userNamesObserve: Permission
 
     /// Creates a configuration.
-    public init(rules: [PrefixRule] = [], quotas: Quotas = Quotas(), userNamesObserve: Permission = .owner) {
+    package init(rules: [PrefixRule] = [], quotas: Quotas = Quotas(), userNamesObserve: Permission = .owner) {
         self.rules = rules
         self.quotas = quotas
         self.userNamesObserve = userNamesObserve
     }
 
     /// The `source` of the built-in rule for `user.<uid>.` names.
-    public static let builtInSource = "built-in rule"
+    package static let builtInSource = "built-in rule"
 
     /// Who may do something under a reserved prefix (root always may).
-    public enum Permission: String, Sendable, Hashable {
+    package enum Permission: String, Sendable, Hashable {
         /// Only the rule's owner uid.
         case owner
         /// The owner and members of the rule's group.
@@ -51,23 +51,23 @@ public struct AccessConfiguration: Sendable, Hashable {
     }
 
     /// One reserved prefix.
-    public struct PrefixRule: Sendable, Hashable, CustomStringConvertible {
+    package struct PrefixRule: Sendable, Hashable, CustomStringConvertible {
         /// The labels the rule covers: the name itself and every name below it (`org.example` covers
         /// `org.example` and `org.example.x`, not `org.examples`).
-        public var prefix: String
+        package var prefix: String
         /// The user `owner` permissions name.
-        public var ownerUID: UInt32
+        package var ownerUID: UInt32
         /// The group `group` permissions name.
-        public var groupGID: UInt32
+        package var groupGID: UInt32
         /// Who may post (and set state) under the prefix.
-        public var post: Permission
+        package var post: Permission
         /// Who may subscribe to and list names under the prefix.
-        public var observe: Permission
+        package var observe: Permission
         /// Where it was written, for error messages (`file:line`).
-        public var source: String
+        package var source: String
 
         /// Creates a rule.
-        public init(
+        package init(
             prefix: String, ownerUID: UInt32, groupGID: UInt32, post: Permission, observe: Permission, source: String
         ) {
             self.prefix = prefix
@@ -79,7 +79,7 @@ public struct AccessConfiguration: Sendable, Hashable {
         }
 
         /// Whether the rule covers `name`.
-        public func covers(_ name: String) -> Bool {
+        package func covers(_ name: String) -> Bool {
             Self.isLabelPrefix(prefix, of: name)
         }
 
@@ -93,36 +93,36 @@ public struct AccessConfiguration: Sendable, Hashable {
         }
 
         /// How this reads in logs and error messages.
-        public var description: String {
+        package var description: String {
             "reserve \(prefix) owner=\(ownerUID) group=\(groupGID) post=\(post.rawValue) observe=\(observe.rawValue) (\(source))"
         }
     }
 
     /// Per-uid limits, so one user cannot exhaust the daemon for another. Root is not limited.
-    public struct Quotas: Sendable, Hashable {
+    package struct Quotas: Sendable, Hashable {
         /// Open connections of one user.
-        public var connectionsPerUID = 256
+        package var connectionsPerUID = 256
         /// Subscriptions of all of one user's connections.
-        public var subscriptionsPerUID = 65_536
+        package var subscriptionsPerUID = 65_536
         /// Labels of the distinct patterns of all of one user's connections: what a pattern costs the daemon in
         /// memory (a node per label) and what a post costs to match against it (at most one visit per node).
-        public var patternLabelsPerUID = 16_384
+        package var patternLabelsPerUID = 16_384
         /// Bytes queued or held for all of a user's connections together.
-        public var outboundBytesPerUID = 64 * 1024 * 1024
+        package var outboundBytesPerUID = 64 * 1024 * 1024
         /// Payload bytes of the retained notifications one user posted.
-        public var retainedBytesPerUID = 16 * 1024 * 1024
+        package var retainedBytesPerUID = 16 * 1024 * 1024
         /// Names whose state value one user set.
-        public var stateNamesPerUID = 10_000
+        package var stateNamesPerUID = 10_000
 
         /// The default quotas.
-        public init() {}
+        package init() {}
     }
 
     /// Parses the configuration file format shown above.
     ///
     /// - Parameter source: the file name used in error messages and rule sources.
     /// - Throws: ``ConfigurationError`` naming the line and what is wrong with it.
-    public static func parse(_ text: String, source: String) throws(ConfigurationError) -> AccessConfiguration {
+    package static func parse(_ text: String, source: String) throws(ConfigurationError) -> AccessConfiguration {
         var configuration = AccessConfiguration()
         // "\r\n" is one Character: splitting on "\n" alone read a CRLF file as one line (and, after a leading
         // comment, as no rules at all).
@@ -225,24 +225,24 @@ public struct AccessConfiguration: Sendable, Hashable {
 }
 
 /// A configuration file that cannot be used, with the line at fault.
-public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvertible {
+package struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvertible {
     /// `file:line`.
-    public var location: String
+    package var location: String
     /// What is wrong there.
-    public var message: String
+    package var message: String
 
     /// How this reads in logs and error messages.
-    public var description: String { "\(location): \(message)" }
+    package var description: String { "\(location): \(message)" }
 }
 
 extension AccessConfiguration {
     /// The system daemon's configuration file.
-    public static let systemPath = "/etc/notifyd/notifyd.conf"
+    package static let systemPath = "/etc/notifyd/notifyd.conf"
 
     /// Reads and parses a configuration file.
     ///
     /// - Throws: ``ConfigurationError`` when the file cannot be read or a line is wrong.
-    public static func load(path: String) throws(ConfigurationError) -> AccessConfiguration {
+    package static func load(path: String) throws(ConfigurationError) -> AccessConfiguration {
         guard let file = fopen(path, "r") else {
             throw ConfigurationError(location: path, message: "cannot read: \(String(cString: strerror(errno)))")
         }

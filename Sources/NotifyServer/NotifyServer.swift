@@ -14,21 +14,21 @@ import ServiceLifecycle
 ///
 /// Run it inside a `ServiceGroup` (it stops on graceful shutdown) or call ``run()`` directly. All routing
 /// state lives on one event loop.
-public final class NotifyServer: Service, Sendable {
+package final class NotifyServer: Service, Sendable {
     /// The version of notifyd, reported in `WELCOME`.
-    public static let version = "0.1.0"
+    package static let version = "0.1.0"
 
     /// The configuration the server was created with.
-    public let configuration: ServerConfiguration
+    package let configuration: ServerConfiguration
     /// This run's instance id, announced in `WELCOME`.
-    public let instanceID: InstanceID
+    package let instanceID: InstanceID
     private let logger: Logger
     /// The single-thread event loop group (internal for tests).
     let group: MultiThreadedEventLoopGroup
 
     /// The event loop that runs all routing. Work scheduled on it (such as the systemd watchdog ping) stops
     /// running when the loop is stuck, which is the point of scheduling it there.
-    public var eventLoop: EventLoop { group.next() }
+    package var eventLoop: EventLoop { group.next() }
     private let onListening: @Sendable (String) -> Void
     private let listener = NIOLockedValueBox(ListenerState())
 
@@ -45,7 +45,7 @@ public final class NotifyServer: Service, Sendable {
     ///   - configuration: where to listen and what limits to enforce.
     ///   - logger: the logger for connection and protocol events.
     ///   - onListening: called once the socket accepts connections (e.g. to tell systemd `READY=1`).
-    public init(
+    package init(
         configuration: ServerConfiguration, logger: Logger,
         onListening: @escaping @Sendable (String) -> Void = { _ in }
     ) {
@@ -58,7 +58,7 @@ public final class NotifyServer: Service, Sendable {
 
     /// Listens and serves until graceful shutdown (or task cancellation), then closes every connection after
     /// writing what is queued for it (within the configured deadline) and removes the socket file it created.
-    public func run() async throws {
+    package func run() async throws {
         do {
             try await serve()
         } catch {
@@ -137,7 +137,7 @@ public final class NotifyServer: Service, Sendable {
 
     /// Starts a graceful shutdown, as SIGTERM does under a `ServiceGroup`: stop accepting, write what is queued,
     /// close every connection, and return from ``run()``.
-    public func shutdown() {
+    package func shutdown() {
         let channel = listener.withLockedValue { listener -> Channel? in
             listener.shutdownRequested = true
             return listener.channel
@@ -147,7 +147,7 @@ public final class NotifyServer: Service, Sendable {
 
     /// Replaces the reserved prefixes and quotas while running (for a configuration reload). Connections and
     /// subscriptions stay; new requests are judged by the new rules.
-    public func updateAccess(_ access: AccessConfiguration) async {
+    package func updateAccess(_ access: AccessConfiguration) async {
         guard let router = broker.withLockedValue({ $0 }) else { return }
         try? await router.eventLoop.submit { router.value.updateAccess(access) }.get()
     }
@@ -155,19 +155,19 @@ public final class NotifyServer: Service, Sendable {
     /// Records that a configuration reload is over: `error` says why it failed, `nil` that it applied (call
     /// ``updateAccess(_:)`` first). The `status` answer counts reloads, so a client that signalled one can
     /// wait for it.
-    public func noteReload(error: String?) async {
+    package func noteReload(error: String?) async {
         guard let router = broker.withLockedValue({ $0 }) else { return }
         try? await router.eventLoop.submit { router.value.noteReload(error: error) }.get()
     }
 
     /// The answer to a `status` query, or `nil` when the server is not running.
-    public func status() async -> Introspection.Status? {
+    package func status() async -> Introspection.Status? {
         guard let router = broker.withLockedValue({ $0 }) else { return nil }
         return try? await router.eventLoop.submit { router.value.status() }.get()
     }
 
     /// A snapshot of connections and counters, or `nil` when the server is not running.
-    public func snapshot() async -> ServerSnapshot? {
+    package func snapshot() async -> ServerSnapshot? {
         guard let router = broker.withLockedValue({ $0 }) else { return nil }
         return try? await router.eventLoop.submit { router.value.snapshot() }.get()
     }
@@ -253,7 +253,7 @@ public final class NotifyServer: Service, Sendable {
 }
 
 /// Errors that stop the server from starting.
-public enum ServerError: Error, CustomStringConvertible {
+package enum ServerError: Error, CustomStringConvertible {
     /// Another daemon already accepts connections on this socket path.
     case alreadyRunning(path: String)
     /// The socket's directory or file could not be prepared.
@@ -262,7 +262,7 @@ public enum ServerError: Error, CustomStringConvertible {
     case invalidConfiguration(String)
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .alreadyRunning(let path):
             "another notifyd is already listening at \(path); stop it or choose another --socket"

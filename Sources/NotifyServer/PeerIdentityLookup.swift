@@ -10,17 +10,17 @@ import NotifyWire
 ///
 /// Both lookups may block for long: groups go through NSS (LDAP or sssd can take seconds), and `/proc` reads
 /// can stall. The daemon runs them on a thread pool, never on its event loop (``PeerIdentityResolver``).
-public struct PeerIdentityLookup: Sendable {
+package struct PeerIdentityLookup: Sendable {
     /// The groups of `uid`, whose primary group the kernel reported as `gid`; `gid` is always among them.
-    public var groups: @Sendable (_ uid: UInt32, _ gid: UInt32) -> Set<UInt32>
+    package var groups: @Sendable (_ uid: UInt32, _ gid: UInt32) -> Set<UInt32>
     /// The command name of `pid`, or `nil` when it cannot be read.
-    public var command: @Sendable (_ pid: UInt32) -> String?
+    package var command: @Sendable (_ pid: UInt32) -> String?
     /// How long a user's groups are reused for its next connections (a change of group membership shows
     /// within this time); zero looks them up for every connection.
-    public var groupCacheSeconds: Double
+    package var groupCacheSeconds: Double
 
     /// Creates a lookup from two functions (tests inject slow or failing ones).
-    public init(
+    package init(
         groups: @escaping @Sendable (_ uid: UInt32, _ gid: UInt32) -> Set<UInt32>,
         command: @escaping @Sendable (_ pid: UInt32) -> String?,
         groupCacheSeconds: Double = 60
@@ -31,7 +31,7 @@ public struct PeerIdentityLookup: Sendable {
     }
 
     /// The system's own: `getpwuid_r` and `getgrouplist`, and `/proc/PID/comm`.
-    public static let system = PeerIdentityLookup(groups: systemGroups, command: ProcessCommand.name(of:))
+    package static let system = PeerIdentityLookup(groups: systemGroups, command: ProcessCommand.name(of:))
 
     private static func systemGroups(uid: UInt32, gid: UInt32) -> Set<UInt32> {
         var groups: Set<UInt32> = [gid]

@@ -1,32 +1,32 @@
 import NotifyWire
 
 /// Everything a ``NotifyServer`` needs to know before it starts.
-public struct ServerConfiguration: Sendable {
+package struct ServerConfiguration: Sendable {
     /// Where to listen.
-    public var listenAddress: ListenAddress
+    package var listenAddress: ListenAddress
     /// The permission bits given to a socket file the server creates (e.g. `0o666` so every local user can
     /// connect, `0o600` for the owner only).
-    public var socketMode: UInt32
+    package var socketMode: UInt32
     /// The limits announced in `WELCOME` and enforced on every request.
-    public var limits: ServerLimits
+    package var limits: ServerLimits
     /// The most bytes queued for one connection (not yet written to its socket). Past it, the connection's
     /// notifications are held under each subscription's policy (coalesce, queue or disconnect), and what is
     /// held is bounded by the same number (`protocol/PROTOCOL.md` § 9.4).
-    public var outboundByteLimit: Int
+    package var outboundByteLimit: Int
     /// The daemon's name and version, sent in `WELCOME`.
-    public var serverName: String
+    package var serverName: String
     /// How long a graceful shutdown waits for queued notifications to be written before closing anyway.
-    public var shutdownDeadlineSeconds: Double
+    package var shutdownDeadlineSeconds: Double
     /// Reserved name prefixes and per-user quotas.
-    public var access: AccessConfiguration
+    package var access: AccessConfiguration
     /// How long a connection closed by the `disconnect` policy may take to read its last bytes (including the
     /// `ERROR slow-consumer` frame) before it is closed regardless.
-    public var slowConsumerGraceSeconds: Double
+    package var slowConsumerGraceSeconds: Double
     /// How a new client's groups and command name are found (off the event loop).
-    public var identityLookup: PeerIdentityLookup
+    package var identityLookup: PeerIdentityLookup
 
     /// Creates a configuration.
-    public init(
+    package init(
         listenAddress: ListenAddress,
         socketMode: UInt32 = 0o600,
         limits: ServerLimits = .default,
@@ -50,7 +50,7 @@ public struct ServerConfiguration: Sendable {
 }
 
 /// Where the server accepts connections.
-public enum ListenAddress: Sendable, Hashable, CustomStringConvertible {
+package enum ListenAddress: Sendable, Hashable, CustomStringConvertible {
     /// Bind a Unix stream socket at this path (creating its directory; replacing a stale socket file, but never
     /// one a live daemon is listening on). The file is removed when the server stops.
     case path(String)
@@ -59,7 +59,7 @@ public enum ListenAddress: Sendable, Hashable, CustomStringConvertible {
     case inheritedDescriptor(Int32, path: String?)
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .path(let path): path
         case .inheritedDescriptor(let fd, let path): path ?? "inherited fd \(fd)"

@@ -1,18 +1,18 @@
 /// A listening socket passed to this process by the service manager (socket activation).
-public struct InheritedSocket: Sendable, Hashable, CustomStringConvertible {
+package struct InheritedSocket: Sendable, Hashable, CustomStringConvertible {
     /// The file descriptor, already open and listening. It has `FD_CLOEXEC` set.
-    public var descriptor: Int32
+    package var descriptor: Int32
     /// The name given by `FileDescriptorName=` in the `.socket` unit (`systemd-socket-activate` passes none;
     /// libsystemd then reports `unknown`).
-    public var name: String
+    package var name: String
     /// The file system path the socket is bound to, when it is a Unix socket with a path (not abstract or
     /// unnamed).
-    public var path: String?
+    package var path: String?
     /// Whether it is a listening Unix stream socket, the only kind notifyd serves.
-    public var isListeningUnixStream: Bool
+    package var isListeningUnixStream: Bool
 
     /// Creates a description of an inherited socket.
-    public init(descriptor: Int32, name: String, path: String?, isListeningUnixStream: Bool) {
+    package init(descriptor: Int32, name: String, path: String?, isListeningUnixStream: Bool) {
         self.descriptor = descriptor
         self.name = name
         self.path = path
@@ -20,7 +20,7 @@ public struct InheritedSocket: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    package var description: String {
         "fd \(descriptor) '\(name)'" + (path.map { " at \($0)" } ?? "")
             + (isListeningUnixStream ? "" : " (not a listening Unix stream socket)")
     }

@@ -14,15 +14,15 @@ import Logging
 /// - one field per metadata key, sorted by key, named by ``JournalFieldName/make(from:)``; nested
 ///   dictionaries are flattened (`request: [id: 7]` → `REQUEST_ID=7`). A name that is already taken (by a field
 ///   above, e.g. metadata `message`, or by another key that maps to the same name) gets a `_2`, `_3` … suffix.
-public struct JournalEntry: Sendable, Hashable {
+package struct JournalEntry: Sendable, Hashable {
     /// The fields in the order they are sent.
-    public var fields: [JournalField]
+    package var fields: [JournalField]
 
     /// Whether `MESSAGE` repeats the metadata (the default for ``JournalLogHandler``).
-    public var includesMetadataInMessage: Bool
+    package var includesMetadataInMessage: Bool
 
     /// Builds the fields of one log event.
-    public init(
+    package init(
         level: Logger.Level, message: String, metadata: Logger.Metadata, identifier: String, label: String,
         file: String, function: String, line: UInt, error: (any Error)? = nil,
         includesMetadataInMessage: Bool = true
@@ -51,7 +51,7 @@ public struct JournalEntry: Sendable, Hashable {
     }
 
     /// The value of the first field named `name`, as text (for tests and diagnostics).
-    public subscript(name: String) -> String? {
+    package subscript(name: String) -> String? {
         fields.first { $0.name == name }?.text
     }
 

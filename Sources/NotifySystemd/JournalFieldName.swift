@@ -3,12 +3,12 @@
 /// A valid name is 1 to 64 characters of `A`–`Z`, `0`–`9` and `_`, and starts with neither a digit nor an
 /// underscore (names starting with `_` are reserved for fields the journal adds itself, such as `_PID`; the
 /// journal drops them when a client sends them).
-public enum JournalFieldName {
+package enum JournalFieldName {
     /// The longest valid field name.
-    public static let maxLength = 64
+    package static let maxLength = 64
 
     /// Whether `name` is a valid journal field name.
-    public static func isValid(_ name: String) -> Bool {
+    package static func isValid(_ name: String) -> Bool {
         let bytes = Array(name.utf8)
         guard let first = bytes.first, bytes.count <= maxLength else { return false }
         guard isUppercaseLetter(first) else { return false }
@@ -22,7 +22,7 @@ public enum JournalFieldName {
     /// underscores are dropped, a name that would start with a digit gets the prefix `F_`, an empty result
     /// becomes `FIELD`, and the result is cut to 64 characters. Examples: `pid` → `PID`, `client.name` →
     /// `CLIENT_NAME`, `daemonRestarted` → `DAEMON_RESTARTED`, `_secret` → `SECRET`, `2fa` → `F_2FA`.
-    public static func make(from key: String) -> String {
+    package static func make(from key: String) -> String {
         var output: [UInt8] = []
         var previous: UInt8?
         for scalar in key.unicodeScalars {
@@ -47,7 +47,7 @@ public enum JournalFieldName {
 
     /// `base` if it is not in `used`, else `base_2`, `base_3`, … (cut so that the whole stays within 64
     /// characters). The result is inserted into `used`.
-    public static func unique(_ base: String, in used: inout Set<String>) -> String {
+    package static func unique(_ base: String, in used: inout Set<String>) -> String {
         if used.insert(base).inserted { return base }
         var counter = 2
         while true {

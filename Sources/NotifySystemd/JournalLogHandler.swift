@@ -9,22 +9,22 @@ import Logging
 ///
 /// Choose it when ``JournalStream/isStandardErrorConnectedToJournal(environment:)`` says so, that is when a
 /// service manager connected the standard error to the journal.
-public struct JournalLogHandler: LogHandler {
+package struct JournalLogHandler: LogHandler {
     /// Receives the fields of each entry; ``JournalWriter/send(_:)`` unless a test replaces it.
-    public typealias Sink = @Sendable ([JournalField]) -> Void
+    package typealias Sink = @Sendable ([JournalField]) -> Void
 
     /// The logger's label, sent as `LOGGER`.
-    public let label: String
+    package let label: String
     /// The program name, sent as `SYSLOG_IDENTIFIER`.
-    public let identifier: String
+    package let identifier: String
     /// Whether `MESSAGE` repeats the metadata (see ``JournalEntry``).
-    public var includesMetadataInMessage: Bool
+    package var includesMetadataInMessage: Bool
     /// Events below this level are not logged.
-    public var logLevel: Logger.Level = .info
+    package var logLevel: Logger.Level = .info
     /// Metadata added to every entry of this handler.
-    public var metadata: Logger.Metadata = [:]
+    package var metadata: Logger.Metadata = [:]
     /// Contextual metadata added to every entry (for example from task-local values).
-    public var metadataProvider: Logger.MetadataProvider?
+    package var metadataProvider: Logger.MetadataProvider?
     private let sink: Sink
 
     /// Creates a handler.
@@ -35,7 +35,7 @@ public struct JournalLogHandler: LogHandler {
     ///   - metadataProvider: adds contextual metadata to every entry.
     ///   - includesMetadataInMessage: repeat the metadata at the end of `MESSAGE`.
     ///   - sink: where the fields go; the journal by default.
-    public init(
+    package init(
         label: String, identifier: String, metadataProvider: Logger.MetadataProvider? = nil,
         includesMetadataInMessage: Bool = true, sink: @escaping Sink = { JournalWriter.send($0) }
     ) {
@@ -47,14 +47,14 @@ public struct JournalLogHandler: LogHandler {
     }
 
     /// One metadata value of this handler.
-    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    package subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
     /// Writes one entry: handler, provider and event metadata merged (the event's win), as ``JournalEntry``
     /// fields.
-    public func log(event: LogEvent) {
+    package func log(event: LogEvent) {
         var merged = metadata
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
         if let eventMetadata = event.metadata { merged.merge(eventMetadata) { _, new in new } }

@@ -9,13 +9,13 @@ import CSystemd
 ///
 /// (`sd_journal_send` is variadic and unavailable from Swift.) libsystemd reports success when no journal is
 /// listening, so tests check ``JournalEntry`` instead of the journal.
-public enum JournalWriter {
+package enum JournalWriter {
     /// Sends one entry.
     ///
     /// - Returns: 0 on success, and also when no journal is listening (libsystemd drops the entry silently);
     ///   a negative errno when sending failed otherwise. Logging never throws.
     @discardableResult
-    public static func send(_ fields: [JournalField]) -> Int32 {
+    package static func send(_ fields: [JournalField]) -> Int32 {
         guard !fields.isEmpty else { return 0 }
         var storage: [UInt8] = []
         var ranges: [Range<Int>] = []

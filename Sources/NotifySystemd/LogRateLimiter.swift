@@ -13,26 +13,26 @@ import NIOConcurrencyHelpers
 /// counted: the next event that is admitted reports how many were suppressed before it, and
 /// ``drainSummaries(now:)`` hands out the counts of keys that went quiet, for a periodic "suppressed N
 /// messages" line.
-public final class LogRateLimiter: Sendable {
+package final class LogRateLimiter: Sendable {
     /// How many events a key may log.
-    public struct Policy: Sendable, Hashable {
+    package struct Policy: Sendable, Hashable {
         /// Events logged at once before limiting starts (the bucket size).
-        public var burst: Int
+        package var burst: Int
         /// Events per second admitted in the long run (the refill rate).
-        public var refillPerSecond: Double
+        package var refillPerSecond: Double
 
         /// Creates a policy.
-        public init(burst: Int, refillPerSecond: Double) {
+        package init(burst: Int, refillPerSecond: Double) {
             self.burst = max(1, burst)
             self.refillPerSecond = max(0, refillPerSecond)
         }
 
         /// 20 at once, then 5 per second.
-        public static let `default` = Policy(burst: 20, refillPerSecond: 5)
+        package static let `default` = Policy(burst: 20, refillPerSecond: 5)
     }
 
     /// What to do with one event.
-    public enum Decision: Sendable, Hashable {
+    package enum Decision: Sendable, Hashable {
         /// Log it. `suppressedBefore` events with the same key were suppressed since the last report.
         case log(suppressedBefore: Int)
         /// Drop it (it is counted).
@@ -40,14 +40,14 @@ public final class LogRateLimiter: Sendable {
     }
 
     /// Suppressed events of one key since the last report.
-    public struct Summary: Sendable, Hashable {
+    package struct Summary: Sendable, Hashable {
         /// The key, as passed to ``admit(_:now:)``.
-        public var key: String
+        package var key: String
         /// How many events were suppressed.
-        public var suppressed: Int
+        package var suppressed: Int
 
         /// Creates a summary.
-        public init(key: String, suppressed: Int) {
+        package init(key: String, suppressed: Int) {
             self.key = key
             self.suppressed = suppressed
         }
@@ -60,21 +60,21 @@ public final class LogRateLimiter: Sendable {
     }
 
     /// The policy every key follows.
-    public let policy: Policy
+    package let policy: Policy
     /// At most this many keys are tracked; beyond it, keys with nothing suppressed are forgotten.
-    public let maximumKeys: Int
+    package let maximumKeys: Int
     // NIOLockedValueBox (a pthread mutex) rather than Synchronization.Mutex, whose futex locking
     // ThreadSanitizer cannot see in `make sanitize`.
     private let buckets = NIOLockedValueBox<[String: Bucket]>([:])
 
     /// Creates a limiter.
-    public init(policy: Policy = .default, maximumKeys: Int = 1_024) {
+    package init(policy: Policy = .default, maximumKeys: Int = 1_024) {
         self.policy = policy
         self.maximumKeys = max(1, maximumKeys)
     }
 
     /// Decides about one event with `key` at monotonic time `now` (seconds; default: the monotonic clock).
-    public func admit(_ key: String, now: Double = LogRateLimiter.monotonicSeconds()) -> Decision {
+    package func admit(_ key: String, now: Double = LogRateLimiter.monotonicSeconds()) -> Decision {
         let policy = self.policy
         let maximumKeys = self.maximumKeys
         return buckets.withLockedValue { buckets in
@@ -101,7 +101,7 @@ public final class LogRateLimiter: Sendable {
 
     /// Takes the suppressed counts of every key that suppressed something since its last report, sorted by key,
     /// and resets them.
-    public func drainSummaries(now: Double = LogRateLimiter.monotonicSeconds()) -> [Summary] {
+    package func drainSummaries(now: Double = LogRateLimiter.monotonicSeconds()) -> [Summary] {
         buckets.withLockedValue { buckets in
             var summaries: [Summary] = []
             for (key, bucket) in buckets where bucket.suppressed > 0 {
@@ -113,7 +113,7 @@ public final class LogRateLimiter: Sendable {
     }
 
     /// Seconds on the monotonic clock (`CLOCK_MONOTONIC`).
-    public static func monotonicSeconds() -> Double {
+    package static func monotonicSeconds() -> Double {
         var time = timespec()
         clock_gettime(CLOCK_MONOTONIC, &time)
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9

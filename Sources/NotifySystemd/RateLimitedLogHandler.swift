@@ -6,47 +6,47 @@ import Logging
 /// flood of "protocol error" events from many connections is limited as one. When an event is admitted after
 /// some were suppressed, a `repeated log messages suppressed` event with metadata `suppressed` (the count) and
 /// `suppressed_message` is logged before it; ``logSuppressedSummaries(to:)`` reports keys that went quiet.
-public struct RateLimitedLogHandler: LogHandler {
+package struct RateLimitedLogHandler: LogHandler {
     /// The message of the summary events.
-    public static let summaryMessage = "repeated log messages suppressed"
+    package static let summaryMessage = "repeated log messages suppressed"
 
     /// The handler that receives admitted events.
-    public var upstream: any LogHandler
+    package var upstream: any LogHandler
     /// The shared budget (one limiter for every logger of the process).
-    public let limiter: LogRateLimiter
+    package let limiter: LogRateLimiter
 
     /// Creates a handler that forwards admitted events to `upstream`.
-    public init(upstream: any LogHandler, limiter: LogRateLimiter) {
+    package init(upstream: any LogHandler, limiter: LogRateLimiter) {
         self.upstream = upstream
         self.limiter = limiter
     }
 
     /// The upstream handler's level.
-    public var logLevel: Logger.Level {
+    package var logLevel: Logger.Level {
         get { upstream.logLevel }
         set { upstream.logLevel = newValue }
     }
 
     /// The upstream handler's metadata.
-    public var metadata: Logger.Metadata {
+    package var metadata: Logger.Metadata {
         get { upstream.metadata }
         set { upstream.metadata = newValue }
     }
 
     /// The upstream handler's metadata provider.
-    public var metadataProvider: Logger.MetadataProvider? {
+    package var metadataProvider: Logger.MetadataProvider? {
         get { upstream.metadataProvider }
         set { upstream.metadataProvider = newValue }
     }
 
     /// One metadata value of the upstream handler.
-    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    package subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { upstream[metadataKey: key] }
         set { upstream[metadataKey: key] = newValue }
     }
 
     /// Forwards the event if the limiter admits it (after a summary of what it suppressed before).
-    public func log(event: LogEvent) {
+    package func log(event: LogEvent) {
         let text = event.message.description
         switch limiter.admit(Self.key(level: event.level, message: text)) {
         case .suppress:
@@ -60,7 +60,7 @@ public struct RateLimitedLogHandler: LogHandler {
     }
 
     /// Logs one summary event to `logger` per key that suppressed events since its last report.
-    public static func logSuppressedSummaries(from limiter: LogRateLimiter, to logger: Logger) {
+    package static func logSuppressedSummaries(from limiter: LogRateLimiter, to logger: Logger) {
         for summary in limiter.drainSummaries() {
             let (level, message) = parse(summary.key)
             logger.log(

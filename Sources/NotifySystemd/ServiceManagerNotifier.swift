@@ -11,13 +11,13 @@ import CSystemd
 /// libsystemd's formatting variant (`sd_notifyf`) is variadic and unavailable from Swift, so every message is a
 /// preformatted string of newline-separated `KEY=VALUE` assignments. When the process was not started by a
 /// service manager (`NOTIFY_SOCKET` unset), every call does nothing and returns `false`.
-public struct ServiceManagerNotifier: Sendable {
+package struct ServiceManagerNotifier: Sendable {
     /// Where messages go: `nil` for `sd_notify(3)` and the process's `NOTIFY_SOCKET`; otherwise the
     /// `NOTIFY_SOCKET` of an explicit environment (`.some(nil)`: none).
     private let explicitSocket: String??
 
     /// Creates a notifier for this process's service manager (`NOTIFY_SOCKET` in its environment).
-    public init() {
+    package init() {
         explicitSocket = nil
     }
 
@@ -33,7 +33,7 @@ public struct ServiceManagerNotifier: Sendable {
     ///   (`NOTIFY_SOCKET` unset).
     /// - Throws: ``SystemdError/notifyFailed(errno:)`` if sending failed.
     @discardableResult
-    public func send(_ assignments: String) throws(SystemdError) -> Bool {
+    package func send(_ assignments: String) throws(SystemdError) -> Bool {
         guard let explicitSocket else {
             let result = sd_notify(0, assignments)
             if result < 0 { throw SystemdError.notifyFailed(errno: -result) }
@@ -74,7 +74,7 @@ public struct ServiceManagerNotifier: Sendable {
     /// Tells the service manager the daemon is ready to serve (`READY=1`), with its main pid and an optional
     /// status line.
     @discardableResult
-    public func ready(status: String? = nil, mainPID: Int32? = nil) throws(SystemdError) -> Bool {
+    package func ready(status: String? = nil, mainPID: Int32? = nil) throws(SystemdError) -> Bool {
         var lines = ["READY=1"]
         if let status { lines.append("STATUS=" + Self.singleLine(status)) }
         if let mainPID { lines.append("MAINPID=\(mainPID)") }
@@ -83,19 +83,19 @@ public struct ServiceManagerNotifier: Sendable {
 
     /// Updates the one-line status shown by `systemctl status` (`STATUS=`).
     @discardableResult
-    public func status(_ text: String) throws(SystemdError) -> Bool {
+    package func status(_ text: String) throws(SystemdError) -> Bool {
         try send("STATUS=" + Self.singleLine(text))
     }
 
     /// Tells the service manager the daemon is alive (`WATCHDOG=1`); see ``ServiceWatchdog``.
     @discardableResult
-    public func watchdogPing() throws(SystemdError) -> Bool {
+    package func watchdogPing() throws(SystemdError) -> Bool {
         try send("WATCHDOG=1")
     }
 
     /// Tells the service manager the daemon is stopping (`STOPPING=1`), with an optional status line.
     @discardableResult
-    public func stopping(status: String? = nil) throws(SystemdError) -> Bool {
+    package func stopping(status: String? = nil) throws(SystemdError) -> Bool {
         try send("STOPPING=1" + (status.map { "\nSTATUS=" + Self.singleLine($0) } ?? ""))
     }
 

@@ -1,15 +1,15 @@
 /// The one-line summary a daemon reports to the service manager (`STATUS=`, shown by `systemctl status`):
 /// `3 connections, 12 subscriptions, 41.5 notifications/s`.
-public struct ServiceStatus: Sendable, Hashable, CustomStringConvertible {
+package struct ServiceStatus: Sendable, Hashable, CustomStringConvertible {
     /// Open client connections.
-    public var connections: Int
+    package var connections: Int
     /// Subscriptions held by all connections.
-    public var subscriptions: Int
+    package var subscriptions: Int
     /// Accepted posts per second over the last interval.
-    public var notificationsPerSecond: Double
+    package var notificationsPerSecond: Double
 
     /// Creates a status.
-    public init(connections: Int, subscriptions: Int, notificationsPerSecond: Double) {
+    package init(connections: Int, subscriptions: Int, notificationsPerSecond: Double) {
         self.connections = connections
         self.subscriptions = subscriptions
         self.notificationsPerSecond = notificationsPerSecond
@@ -17,13 +17,13 @@ public struct ServiceStatus: Sendable, Hashable, CustomStringConvertible {
 
     /// Posts per second between two readings of a post counter `elapsedSeconds` apart (0 when no time passed or
     /// the counter went backwards, as after a restart).
-    public static func rate(from previous: UInt64, to current: UInt64, elapsedSeconds: Double) -> Double {
+    package static func rate(from previous: UInt64, to current: UInt64, elapsedSeconds: Double) -> Double {
         guard elapsedSeconds > 0, current >= previous else { return 0 }
         return Double(current - previous) / elapsedSeconds
     }
 
     /// The status line. Rates below 100 have one decimal; larger ones are whole numbers.
-    public var description: String {
+    package var description: String {
         "\(connections) \(connections == 1 ? "connection" : "connections"), "
             + "\(subscriptions) \(subscriptions == 1 ? "subscription" : "subscriptions"), "
             + "\(Self.formatRate(notificationsPerSecond)) notifications/s"

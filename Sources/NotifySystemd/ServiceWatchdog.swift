@@ -12,17 +12,17 @@ import CSystemd
 /// often than ``timeout``; otherwise the manager considers it hung and restarts it. Send the pings from the
 /// work loop that must stay responsive (notifyd schedules them on its event loop), so that a stuck loop stops
 /// them.
-public struct ServiceWatchdog: Sendable, Hashable {
+package struct ServiceWatchdog: Sendable, Hashable {
     /// The time after which the service manager gives up on a silent service.
-    public var timeout: Duration
+    package var timeout: Duration
 
     /// Creates a watchdog description with the given timeout.
-    public init(timeout: Duration) {
+    package init(timeout: Duration) {
         self.timeout = timeout
     }
 
     /// How often to ping: half the timeout, as `sd_watchdog_enabled(3)` recommends.
-    public var pingInterval: Duration { timeout / 2 }
+    package var pingInterval: Duration { timeout / 2 }
 
     /// The watchdog `environment` asks the process `pid` to serve (see ``fromEnvironment()``).
     package static func fromEnvironment(
@@ -46,7 +46,7 @@ public struct ServiceWatchdog: Sendable, Hashable {
     /// - Returns: `nil` when no watchdog is enabled for this process (`WATCHDOG_USEC` unset or 0, or
     ///   `WATCHDOG_PID` names another process).
     /// - Throws: ``SystemdError/watchdogConfigurationInvalid(errno:)`` when the variables are malformed.
-    public static func fromEnvironment() throws(SystemdError) -> ServiceWatchdog? {
+    package static func fromEnvironment() throws(SystemdError) -> ServiceWatchdog? {
         var microseconds: UInt64 = 0
         let result = sd_watchdog_enabled(0, &microseconds)
         if result < 0 { throw SystemdError.watchdogConfigurationInvalid(errno: -result) }

@@ -7,7 +7,7 @@ import CSystemd
 
 /// Socket activation (`sd_listen_fds_with_names(3)`): the listening sockets a `.socket` unit or
 /// `systemd-socket-activate` passed to this process through `LISTEN_FDS`, `LISTEN_PID` and `LISTEN_FDNAMES`.
-public enum SocketActivation {
+package enum SocketActivation {
     /// Takes the sockets passed by the service manager.
     ///
     /// - Parameter unsetEnvironment: remove `LISTEN_PID`, `LISTEN_FDS` and `LISTEN_FDNAMES` from the environment,
@@ -15,7 +15,7 @@ public enum SocketActivation {
     /// - Returns: the passed sockets in order, or an empty array when the process was not socket-activated
     ///   (including when `LISTEN_PID` names another process).
     /// - Throws: ``SystemdError/listenDescriptorsUnavailable(errno:)`` when the environment is malformed.
-    public static func takeInheritedSockets(unsetEnvironment: Bool = true) throws(SystemdError) -> [InheritedSocket] {
+    package static func takeInheritedSockets(unsetEnvironment: Bool = true) throws(SystemdError) -> [InheritedSocket] {
         var names: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
         let count = sd_listen_fds_with_names(unsetEnvironment ? 1 : 0, &names)
         if count < 0 { throw SystemdError.listenDescriptorsUnavailable(errno: -count) }
@@ -40,7 +40,7 @@ public enum SocketActivation {
     ///
     /// - Returns: `nil` when `sockets` is empty (not socket-activated).
     /// - Throws: ``SystemdError/noUsableListenSocket(passed:)`` when sockets were passed but none can be served.
-    public static func choose(from sockets: [InheritedSocket], preferredName: String) throws(SystemdError)
+    package static func choose(from sockets: [InheritedSocket], preferredName: String) throws(SystemdError)
         -> InheritedSocket?
     {
         guard !sockets.isEmpty else { return nil }

@@ -1,7 +1,7 @@
 import Logging
 
 /// The syslog priority of a journal entry (its `PRIORITY` field), from `emergency` (0) to `debug` (7).
-public enum SyslogPriority: Int, Sendable, Hashable, CaseIterable {
+package enum SyslogPriority: Int, Sendable, Hashable, CaseIterable {
     case emergency = 0
     case alert = 1
     case critical = 2
@@ -13,7 +13,7 @@ public enum SyslogPriority: Int, Sendable, Hashable, CaseIterable {
 
     /// The priority for a swift-log level. `trace` and `debug` both map to `debug`, the lowest priority; swift-log
     /// has no `alert` or `emergency`.
-    public init(_ level: Logger.Level) {
+    package init(_ level: Logger.Level) {
         switch level {
         case .trace, .debug: self = .debug
         case .info: self = .info

@@ -5,7 +5,7 @@ import Musl
 #endif
 
 /// Failures of libsystemd calls.
-public enum SystemdError: Error, Sendable, Hashable, CustomStringConvertible {
+package enum SystemdError: Error, Sendable, Hashable, CustomStringConvertible {
     /// `sd_notify` failed with this errno (the service manager's socket could not be reached).
     case notifyFailed(errno: Int32)
     /// `sd_listen_fds_with_names` failed with this errno (malformed `LISTEN_FDS`/`LISTEN_PID` environment).
@@ -16,7 +16,7 @@ public enum SystemdError: Error, Sendable, Hashable, CustomStringConvertible {
     case watchdogConfigurationInvalid(errno: Int32)
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .notifyFailed(let code):
             "cannot notify the service manager (sd_notify): \(SystemdError.describe(errno: code))"
