@@ -42,8 +42,7 @@ struct HeldNotifications {
             var taken = 0
             var length = 0
             while taken < limit, taken < count, length < wanted {
-                length += ProtocolConstants.lengthPrefixSize
-                    + Int(bytes.getInteger(at: bytes.readerIndex + length, as: UInt32.self)!)
+                length += bytes.wireFrameLength(atOffset: length)
                 taken += 1
             }
             count -= taken

@@ -43,3 +43,12 @@ extension WireFrameDecodable {
         return try decode(type: type, body: &body)
     }
 }
+
+extension ByteBuffer {
+    /// The whole length (prefix included) of the encoded frame that starts `offset` bytes after the reader
+    /// index, for walking a buffer of frames this process encoded itself (no checks: the frames are well formed).
+    @inlinable
+    public func wireFrameLength(atOffset offset: Int) -> Int {
+        ProtocolConstants.lengthPrefixSize + Int(getInteger(at: readerIndex + offset, endianness: .big, as: UInt32.self)!)
+    }
+}
