@@ -115,7 +115,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "notify-alloc-bench",
-            dependencies: ["NotifyWire", "CBenchSupport", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["NotifyWire", .product(name: "NIOCore", package: "swift-nio")],
             path: "Benchmarks/SwiftClient/notify-alloc-bench"
         ),
         .testTarget(
