@@ -5,6 +5,12 @@
 //
 // Without the preload it still runs and reports times, with allocations as null. The daemon's routing path is
 // internal to NotifyServer; its allocations are measured on the running daemon instead (run.py, "allocations").
+//
+// A target of the root package (../../Package.swift), not of the benchmark package beside it
+// (Benchmarks/Package.swift): what it measures is NotifyWire, which is no product of the root package (and is
+// becoming `package`-access), so only a target of the root package can import it. It needs nothing but NotifyWire
+// and NIOCore, and no C helper (the two it used from CBenchSupport are written out above and below), so the root
+// package keeps no benchmark dependency (BENCHMARKS.md, "Where the benchmarks live").
 import NIOCore
 import NotifyWire
 
