@@ -45,9 +45,12 @@ run: build
 	exec $(BIN_DIR)/notifyd $(ARGS)
 
 ## test: build and run every test, then the client-library and integration tests under ThreadSanitizer, then a short
-## run of every fuzz target (fuzz-smoke).
+## run of every benchmark (bench-smoke) and of every fuzz target (fuzz-smoke). The benchmark package
+## (Benchmarks/Package.swift) is built next to the tests, where bench-smoke finds it, so a change to the library
+## that breaks notify-bench fails here.
 test: deps lint
 	$(SWIFT) build --build-tests
+	$(SWIFT) build --package-path Benchmarks --scratch-path $(BENCH_SMOKE_SCRATCH)
 	$(SWIFT) test
 	$(MAKE) test-systemd SYSTEMD_TEST_BUILD=no
 	$(MAKE) docs
@@ -145,7 +148,8 @@ install: $(if $(PRODUCTS),,deps)
 	echo "installed notifyd $$version under $$root"
 
 ## bench: notifyd side by side with Redis, dbus-broker, dbus-daemon and a C relay, in one run (release build in
-## .build-bench); writes Benchmarks/results/latest.{json,md} and the table in Benchmarks/BENCHMARKS.md.
+## .build-bench, the benchmark package Benchmarks/Package.swift in .build-bench/benchmarks); writes
+## Benchmarks/results/latest.{json,md} and the table in Benchmarks/BENCHMARKS.md.
 ## BENCH_QUICK=1 for a shorter run. Peers that are not installed are reported as skipped.
 BENCH_PACKAGES := redis-server libhiredis-dev dbus-broker dbus-daemon systemd libsystemd-dev pkg-config gcc make
 bench: deps bench-deps
@@ -172,8 +176,11 @@ bench-deps:
 	fi
 
 ## bench-smoke: every benchmark executable once with tiny counts (debug build, no timing claims); run by `make test`.
+## Builds notifyd and notify-alloc-bench in .build and the benchmark package (notify-bench) in $(BENCH_SMOKE_SCRATCH),
+## unless BENCH_SMOKE_ARGS=--no-swift-build (then both must be built already, as `make test` does).
+BENCH_SMOKE_SCRATCH ?= $(CURDIR)/.build/benchmarks
 bench-smoke: deps
-	python3 Benchmarks/run.py --smoke $(BENCH_SMOKE_ARGS)
+	python3 Benchmarks/run.py --smoke --bench-scratch-path $(BENCH_SMOKE_SCRATCH) $(BENCH_SMOKE_ARGS)
 
 ## fuzz-build: the libFuzzer targets (Tests/Fuzz, a package of its own on top of this one) in $(FUZZ_SCRATCH), built
 ## with -sanitize=$(FUZZ_SANITIZE) and linked with lld (gold fails on them), and their seed corpus, converted from

@@ -24,8 +24,6 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
-        // Benchmarks only (Benchmarks/SwiftClient): latency percentiles.
-        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         // Documentation only: `swift package generate-documentation --target Notify`.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -106,17 +104,14 @@ let package = Package(
             dependencies: ["Notify"],
             path: "Examples/HelloObserver"
         ),
-        // Benchmarks (Benchmarks/BENCHMARKS.md): the Swift client of `make bench`, and allocation counts of the hot paths.
-        .target(name: "CBenchSupport", path: "Benchmarks/SwiftClient/CBenchSupport"),
-        .executableTarget(
-            name: "notify-bench",
-            dependencies: ["Notify", "CBenchSupport", .product(name: "Histogram", package: "hdrhistogram-swift")],
-            path: "Benchmarks/SwiftClient/notify-bench"
-        ),
+        // Allocation counts of the wire protocol's hot paths (Benchmarks/BENCHMARKS.md, "Allocations"), run by
+        // Benchmarks/run.py. The benchmarks are a package of their own (Benchmarks/Package.swift, so users of `Notify`
+        // never resolve their dependencies); this one stays here because it measures NotifyWire, which only this
+        // package can import. Not a product: nothing that depends on this package builds it.
         .executableTarget(
             name: "notify-alloc-bench",
-            dependencies: ["NotifyWire", "CBenchSupport", .product(name: "NIOCore", package: "swift-nio")],
-            path: "Benchmarks/SwiftClient/notify-alloc-bench"
+            dependencies: ["NotifyWire", .product(name: "NIOCore", package: "swift-nio")],
+            path: "Benchmarks/notify-alloc-bench"
         ),
         .testTarget(
             name: "NotifyWireTests",

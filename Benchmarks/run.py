@@ -6,10 +6,11 @@
     python3 Benchmarks/run.py --smoke    # seconds: tiny counts, debug build, no timing claims (make bench-smoke)
 
 Systems: notifyd through the C client (Benchmarks/C, written from protocol/PROTOCOL.md) and through the Swift
-library (Benchmarks/SwiftClient/notify-bench); Redis pub/sub over a Unix socket (hiredis); D-Bus broadcast
-signals through a private dbus-broker and a private dbus-daemon (sd-bus); the C epoll relay. A peer that is not
-installed is reported as skipped. Results: Benchmarks/results/latest.json and latest.md (which BENCHMARKS.md
-includes). See Benchmarks/BENCHMARKS.md for what each scenario measures.
+library (Benchmarks/SwiftClient/notify-bench, in the benchmark package Benchmarks/Package.swift); Redis pub/sub
+over a Unix socket (hiredis); D-Bus broadcast signals through a private dbus-broker and a private dbus-daemon
+(sd-bus); the C epoll relay. A peer that is not installed is reported as skipped. Results:
+Benchmarks/results/latest.json and latest.md (which BENCHMARKS.md includes). See Benchmarks/BENCHMARKS.md for
+what each scenario measures.
 """
 from __future__ import annotations
 
@@ -288,6 +289,10 @@ class NotifydAlt(Notifyd):
     """Another build of notifyd (--alt-bin DIR), for before/after comparisons in the same run."""
     key, label, driver, client, server = "notifyd-c-alt", "notifyd ALT (C client)", "notifyd", "c", "notifyd-alt"
 
+    def available(self) -> tuple[bool, str]:
+        path = self.ctx.alt_bin / "notifyd"
+        return (True, "") if path.exists() else (False, f"no {path}")
+
     def start(self, env_extra: dict | None = None) -> None:
         self.address = str(self.ctx.tmp / "notifyd-alt.sock")
         env = dict(os.environ)
@@ -301,8 +306,15 @@ class NotifydAlt(Notifyd):
 class NotifydSwiftAlt(NotifydAlt):
     key, label, driver, client, server = "notifyd-swift-alt", "notifyd ALT (Swift library)", "notifyd", "swift", "notifyd-alt"
 
+    def available(self) -> tuple[bool, str]:
+        ok, reason = super().available()
+        path = self.ctx.alt_bench_bin / "notify-bench"
+        if ok and not path.exists():
+            ok, reason = False, f"no {path} (--alt-bench-bin: the bin directory of that build's Benchmarks package)"
+        return ok, reason
+
     def client_cmd(self, role: str, *args: str) -> list[str]:
-        return [str(self.ctx.alt_bin / "notify-bench"), role, "--address", self.address, *args]
+        return [str(self.ctx.alt_bench_bin / "notify-bench"), role, "--address", self.address, *args]
 
 
 class Relay(System):
@@ -564,19 +576,26 @@ class Context:
         self.tmp = Path(tempfile.mkdtemp(prefix="notifyd-bench-"))
         self.settings = Settings(args.mode)
         self.scratch = ROOT / args.scratch_path
+        # The benchmark package (Benchmarks/Package.swift: notify-bench) builds in a scratch path of its own, inside
+        # the root's by default (.build/benchmarks, .build-bench/benchmarks), as the C side does (bench-c).
+        self.bench_scratch = ROOT / args.bench_scratch_path if args.bench_scratch_path else self.scratch / "benchmarks"
         self.config = args.config
         self.cbuild = self.scratch / "bench-c"
         self.nbench = self.cbuild / "nbench"
         self.relay = self.cbuild / "relay"
         self.malloccount = self.cbuild / "libmalloccount.so"
         self.vectors = self.cbuild / "vectors"
-        self.bin = None
+        self.bin = None        # the root package's: notifyd, notify-alloc-bench
+        self.bench_bin = None  # the benchmark package's: notify-bench
         self.notifyd = None
         self.swift_bench = None
         self.alloc_bench = None
         self.has_hiredis = False
         self.has_sdbus = False
         self.alt_bin = Path(args.alt_bin).resolve() if args.alt_bin else None
+        # notify-bench of the other build: --alt-bench-bin, or beside its notifyd (builds from before the benchmark
+        # package had its own Package.swift).
+        self.alt_bench_bin = (Path(args.alt_bench_bin).resolve() if args.alt_bench_bin else self.alt_bin)
 
 
 def build(ctx: Context) -> None:
@@ -585,27 +604,38 @@ def build(ctx: Context) -> None:
     linked = subprocess.run(["ldd", str(ctx.nbench)], capture_output=True, text=True).stdout
     ctx.has_hiredis = "libhiredis" in linked
     ctx.has_sdbus = "libsystemd" in linked
-    cmd = ["swift", "build", "-c", ctx.config, "--scratch-path", str(ctx.scratch)]
-    if not ctx.args.no_swift_build:
-        for product in ("notifyd", "notify-bench", "notify-alloc-bench"):
-            log(f"swift build -c {ctx.config} --product {product}")
-            for attempt in range(2):  # others may be editing Sources/ while we build
-                r = subprocess.run(cmd + ["--product", product], cwd=ROOT)
-                if r.returncode == 0:
-                    break
-            else:
-                raise SystemExit(f"swift build of {product} failed")
-    if ctx.args.no_swift_build and (ctx.scratch / ctx.config).is_dir():
-        ctx.bin = (ctx.scratch / ctx.config).resolve()  # SwiftPM's CONFIG -> TRIPLE/CONFIG link; no lock needed
-    else:
-        ctx.bin = Path(subprocess.run(cmd + ["--show-bin-path"], cwd=ROOT, capture_output=True, text=True,
-                                      check=True).stdout.strip())
+    # The root package: the daemon and the allocation counts of NotifyWire (a root target: only the root package
+    # can import NotifyWire). The benchmark package: notify-bench, on the Notify product; it builds the library in
+    # its own scratch path, never notifyd.
+    packages = [
+        (["swift", "build", "-c", ctx.config, "--scratch-path", str(ctx.scratch)], ("notifyd", "notify-alloc-bench")),
+        (["swift", "build", "-c", ctx.config, "--package-path", str(BENCH), "--scratch-path", str(ctx.bench_scratch)],
+         ("notify-bench",)),
+    ]
+    bins = []
+    for cmd, products in packages:
+        if not ctx.args.no_swift_build:
+            for product in products:
+                log(" ".join(cmd) + f" --product {product}")
+                for attempt in range(2):  # others may be editing Sources/ while we build
+                    r = subprocess.run(cmd + ["--product", product], cwd=ROOT)
+                    if r.returncode == 0:
+                        break
+                else:
+                    raise SystemExit(f"swift build of {product} failed")
+        scratch = Path(cmd[cmd.index("--scratch-path") + 1])
+        if ctx.args.no_swift_build and (scratch / ctx.config).is_dir():
+            bins.append((scratch / ctx.config).resolve())  # SwiftPM's CONFIG -> TRIPLE/CONFIG link; no lock needed
+        else:
+            bins.append(Path(subprocess.run(cmd + ["--show-bin-path"], cwd=ROOT, capture_output=True, text=True,
+                                            check=True).stdout.strip()))
+    ctx.bin, ctx.bench_bin = bins
     ctx.notifyd = ctx.bin / "notifyd"
-    ctx.swift_bench = ctx.bin / "notify-bench"
     ctx.alloc_bench = ctx.bin / "notify-alloc-bench"
+    ctx.swift_bench = ctx.bench_bin / "notify-bench"
     for path in (ctx.notifyd, ctx.swift_bench, ctx.alloc_bench):
         if not path.exists():
-            raise SystemExit(f"missing {path}: build it first")
+            raise SystemExit(f"missing {path}: build it first (without --no-swift-build, run.py builds it)")
 
 
 # ---------------------------------------------------------------- scenarios
@@ -2002,8 +2032,12 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny counts, debug build: checks that everything runs")
     parser.add_argument("--quick", action="store_true", help="shorter run (also BENCH_QUICK=1)")
     parser.add_argument("--config", default=None, help="swift build configuration (default: release; debug for --smoke)")
-    parser.add_argument("--scratch-path", default=None, help="swift build scratch path (default .build-bench; .build for --smoke)")
-    parser.add_argument("--no-swift-build", action="store_true", help="use the existing Swift build")
+    parser.add_argument("--scratch-path", default=None, help="swift build scratch path of the root package (notifyd, "
+                        "notify-alloc-bench; default .build-bench; .build for --smoke)")
+    parser.add_argument("--bench-scratch-path", default=None, help="swift build scratch path of the benchmark package "
+                        "Benchmarks/Package.swift (notify-bench; default SCRATCH-PATH/benchmarks)")
+    parser.add_argument("--no-swift-build", action="store_true",
+                        help="use the existing Swift builds of both packages (make test builds them first)")
     parser.add_argument("--systems", default="", help="comma-separated subset of: " + ",".join(c.key for c in SYSTEM_CLASSES))
     parser.add_argument("--scenarios", default="", help="comma-separated subset of: " + ",".join(ALL_SCENARIOS))
     parser.add_argument("--profile", action="store_true", help="also record a perf profile of notifyd (fan-out S=16)")
@@ -2011,6 +2045,9 @@ def main() -> int:
     parser.add_argument("--alt-bin", default=None,
                         help="a bin directory with another build of notifyd (and notify-bench): runs it as the extra "
                              "systems notifyd-c-alt / notifyd-swift-alt, for before/after comparisons")
+    parser.add_argument("--alt-bench-bin", default=None,
+                        help="the bin directory of that build's notify-bench (its Benchmarks package; default: "
+                             "--alt-bin, where builds from before Benchmarks/Package.swift have it)")
     parser.add_argument("--output", default=None, help="results directory (default Benchmarks/results; smoke: a temp dir)")
     args = parser.parse_args()
     args.mode = "smoke" if args.smoke else ("quick" if args.quick or os.environ.get("BENCH_QUICK") == "1" else "full")

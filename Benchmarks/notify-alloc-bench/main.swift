@@ -5,7 +5,12 @@
 //
 // Without the preload it still runs and reports times, with allocations as null. The daemon's routing path is
 // internal to NotifyServer; its allocations are measured on the running daemon instead (run.py, "allocations").
-import CBenchSupport
+//
+// A target of the root package (../../Package.swift), not of the benchmark package beside it
+// (Benchmarks/Package.swift): what it measures is NotifyWire, which is no product of the root package (and is
+// becoming `package`-access), so only a target of the root package can import it. It needs nothing but NotifyWire
+// and NIOCore, and no C helper (the two it used from CBenchSupport are written out above and below), so the root
+// package keeps no benchmark dependency (BENCHMARKS.md, "Where the benchmarks live").
 import NIOCore
 import NotifyWire
 
@@ -20,12 +25,25 @@ if let index = CommandLine.arguments.firstIndex(of: "--iterations"), index + 1 <
     iterations = value
 }
 
+/// libmalloccount.so's `malloccount_read(uint64_t out[4])` when it is preloaded (allocations, reallocs, frees,
+/// bytes), found as CBenchSupport's `bench_malloc_counts` finds it; nil without the preload.
+typealias MallocCountRead = @convention(c) (UnsafeMutablePointer<UInt64>) -> Void
+let mallocCountRead: MallocCountRead? = dlsym(nil, "malloccount_read").map { unsafeBitCast($0, to: MallocCountRead.self) }
+
 func allocations() -> UInt64? {
-    var counts: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-    let available = withUnsafeMutablePointer(to: &counts) { pointer in
-        pointer.withMemoryRebound(to: UInt64.self, capacity: 4) { bench_malloc_counts($0) }
+    guard let mallocCountRead else { return nil }
+    var counts: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)  // on the stack: reading counts no allocation
+    withUnsafeMutablePointer(to: &counts) { pointer in
+        pointer.withMemoryRebound(to: UInt64.self, capacity: 4) { mallocCountRead($0) }
     }
-    return available != 0 ? counts.0 : nil
+    return counts.0
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+func now() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
 }
 
 /// Keeps the optimiser from removing work whose result is otherwise unused.
@@ -38,9 +56,9 @@ func consume<T>(_ value: T) {
 func measure(_ name: String, operations: Int, _ body: () throws -> Void) rethrows {
     try body()
     let allocationsBefore = allocations()
-    let start = bench_now_ns()
+    let start = now()
     try body()
-    let end = bench_now_ns()
+    let end = now()
     let allocationsAfter = allocations()
     let perOperation: String
     if let allocationsBefore, let allocationsAfter {
