@@ -275,3 +275,9 @@ struct ConnectionStateMachine<Connection: Identifiable, Waiter> {
 extension ConnectionStateMachine: Sendable where Connection: Sendable, Waiter: Sendable {}
 extension ConnectionStateMachine.Phase: Sendable where Connection: Sendable, Waiter: Sendable {}
 extension ConnectionStateMachine.ConnectWaiter: Sendable where Connection: Sendable, Waiter: Sendable {}
+
+// Actions compare equal when they ask for the same thing (the tests compare them).
+extension ConnectionStateMachine.EstablishedAction: Equatable {}
+extension ConnectionStateMachine.WaitAction: Equatable {}
+extension ConnectionStateMachine.Disconnected: Equatable where Waiter: Equatable {}
+extension ConnectionStateMachine.Welcomed: Equatable where Waiter: Equatable {}
