@@ -157,13 +157,13 @@ extension CenterCore {
 
     /// The socket was created, moved into place or changed mode: connect now rather than when the backoff ends.
     private func socketAppeared() {
-        let backoff = state.withLockedValue { state -> Scheduled<Void>?? in
-            guard case .connectNow = state.connection.socketAppeared() else { return nil }
+        let (connectNow, backoff) = state.withLockedValue { state -> (Bool, Scheduled<Void>?) in
+            guard case .connectNow = state.connection.socketAppeared() else { return (false, nil) }
             defer { state.reconnectTask = nil }
-            return .some(state.reconnectTask)
+            return (true, state.reconnectTask)
         }
-        guard let backoff else { return }
         backoff?.cancel()
+        guard connectNow else { return }
         logger.debug("the daemon's socket appeared; connecting")
         startConnecting()
     }

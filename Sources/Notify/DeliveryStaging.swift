@@ -16,6 +16,8 @@ final class DeliveryStaging {
     private struct Slot {
         /// The observation staged here this burst (`nil`: none).
         var observation: ObservationCore?
+        /// Its identity, compared for every notification without retaining the observation.
+        var owner: ObjectIdentifier?
         var batch: [ReceivedNotification] = []
     }
 
@@ -66,15 +68,16 @@ final class DeliveryStaging {
         if index >= slots.count {
             slots.append(contentsOf: repeatElement(Slot(), count: index + 1 - slots.count))
         }
-        if let current = slots[index].observation {
-            if current !== observation {
+        let owner = ObjectIdentifier(observation)
+        if slots[index].owner != owner {
+            if slots[index].owner == nil {
+                staged.append(index)
+            } else {
                 // A removed observation's slot went to a new one during this burst: the old batch goes first.
                 handOver(index)
-                slots[index].observation = observation
             }
-        } else {
             slots[index].observation = observation
-            staged.append(index)
+            slots[index].owner = owner
         }
         slots[index].batch.append(notification)
         if slots[index].batch.count >= Self.maxBatch {
@@ -98,6 +101,7 @@ final class DeliveryStaging {
             handOver(index)
             // Do not keep a cancelled observation alive until its slot is next used.
             slots[index].observation = nil
+            slots[index].owner = nil
         }
         staged.removeAll(keepingCapacity: true)
     }
