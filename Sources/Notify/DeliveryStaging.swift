@@ -4,16 +4,26 @@
 /// A job per notification costs a thread wake-up per notification whenever the handler keeps up (the target's
 /// worker goes idle between jobs); one job per burst costs one wake-up per read.
 ///
-/// Confined to the connection's I/O thread (owned by its ``DaemonChannelHandler``), like the staged state it
-/// keeps in each ``ObservationCore``. Whoever stages must call ``flush()`` before anything that a caller may
+/// Confined to the connection's I/O thread: its ``DaemonChannelHandler`` owns it and, neither being `Sendable`,
+/// the compiler keeps both there. Whoever stages must call ``flush()`` before anything that a caller may
 /// observe as "later" than the staged notifications: the end of the read burst, any non-notification frame,
 /// and the end of the connection.
 final class DeliveryStaging {
     /// The most notifications handed to one observation's executor as one job.
     static let maxBatch = 256
 
-    /// Observations holding a staged batch, in the order their first notification of the burst arrived.
-    private var staged: [ObservationCore] = []
+    /// One observation's notifications of this burst, at its ``ObservationCore/stagingSlot``.
+    private struct Slot {
+        /// The observation staged here this burst (`nil`: none).
+        var observation: ObservationCore?
+        /// Its identity, compared for every notification without retaining the observation.
+        var owner: ObjectIdentifier?
+        var batch: [ReceivedNotification] = []
+    }
+
+    private var slots: [Slot] = []
+    /// Slots holding a staged batch, in the order their observation's first notification of the burst arrived.
+    private var staged: [Int] = []
     /// Scratch space for ``CenterCore`` to collect one notification's observers without allocating per
     /// notification; see ``takeTargetBuffer()``.
     private var targetBuffer: [(ObservationCore, UInt64)] = []
@@ -52,12 +62,28 @@ final class DeliveryStaging {
             // Batching saves nothing for `.immediate` (there is no hop), and running it now keeps its promise of
             // running as soon as the notification is read.
             observation.deliver(notification)
-        } else if observation.stage(notification) {
-            staged.append(observation)
-        } else if observation.stagedCount >= Self.maxBatch {
+            return
+        }
+        let index = observation.stagingSlot
+        if index >= slots.count {
+            slots.append(contentsOf: repeatElement(Slot(), count: index + 1 - slots.count))
+        }
+        let owner = ObjectIdentifier(observation)
+        if slots[index].owner != owner {
+            if slots[index].owner == nil {
+                staged.append(index)
+            } else {
+                // A removed observation's slot went to a new one during this burst: the old batch goes first.
+                handOver(index)
+            }
+            slots[index].observation = observation
+            slots[index].owner = owner
+        }
+        slots[index].batch.append(notification)
+        if slots[index].batch.count >= Self.maxBatch {
             // A long burst goes out in slices, so the target (the main queue, a run loop, an operation queue) can
-            // do other work between them; `staged` keeps the observation, whose next batch starts empty.
-            observation.flushStaged()
+            // do other work between them; the slot stays staged, its next batch empty.
+            handOver(index)
         }
     }
 
@@ -71,10 +97,23 @@ final class DeliveryStaging {
         guard !staged.isEmpty else { return }
         // No executor runs a staged job synchronously (inline observations are never staged), so nothing can
         // stage into `staged` while it is being walked.
-        for observation in staged {
-            observation.flushStaged()
+        for index in staged {
+            handOver(index)
+            // Do not keep a cancelled observation alive until its slot is next used.
+            slots[index].observation = nil
+            slots[index].owner = nil
         }
         staged.removeAll(keepingCapacity: true)
+    }
+
+    /// Hands the batch in slot `index` to its observation's executor as one job.
+    private func handOver(_ index: Int) {
+        guard let observation = slots[index].observation, !slots[index].batch.isEmpty else { return }
+        var batch: [ReceivedNotification] = []
+        swap(&batch, &slots[index].batch)
+        // The next burst is likely as long: one allocation up front instead of growing step by step.
+        slots[index].batch.reserveCapacity(batch.count)
+        observation.deliver(batch: batch)
     }
 
     /// Lends the scratch target array, empty; give it back with ``returnTargetBuffer(_:)``.

@@ -7,58 +7,61 @@ import Foundation
 /// closed and then waits for an invocation already inside to leave, unless `close()` is called from that
 /// invocation itself (cancelling from inside a handler), which must not wait for itself.
 final class HandlerGate: Sendable {
-    private struct State {
-        var isClosed = false
-        var activeThread: pthread_t?
-    }
-
-    // NSCondition is thread-safe; the state it protects is only touched while it is locked.
+    // The condition's lock orders every change of the two values below and lets `close()` wait for an
+    // invocation to leave. They are atomics so that the compiler, not a comment, vouches for the sharing;
+    // written only under the lock, they cost no more than plain stores.
     private let condition = NSCondition()
-    nonisolated(unsafe) private var state = State()
-    /// `state.isClosed`, readable without the lock: a batch checks it before each of its invocations.
+    /// Whether ``close()`` was called; readable without the lock: a batch checks it before each invocation.
     private let closedFlag = ManagedAtomic(false)
+    /// The thread running an invocation (see ``currentThread``), or 0.
+    private let activeThread = ManagedAtomic<UInt>(0)
+
+    /// The calling thread's identity, never 0.
+    private static var currentThread: UInt {
+        #if canImport(Darwin)
+        UInt(bitPattern: pthread_self())
+        #else
+        UInt(pthread_self())
+        #endif
+    }
 
     var isClosed: Bool {
         condition.lock()
         defer { condition.unlock() }
-        return state.isClosed
+        return closedFlag.load(ordering: .relaxed)
     }
 
-    /// Runs `body` unless the gate is closed. Invocations of one gate never overlap (the executor is serial).
-    func run(_ body: () -> Void) {
+    /// Enters the gate for an invocation; `false` if it is closed.
+    private func enter() -> Bool {
         condition.lock()
-        if state.isClosed {
-            condition.unlock()
-            return
-        }
-        state.activeThread = pthread_self()
-        condition.unlock()
+        defer { condition.unlock() }
+        if closedFlag.load(ordering: .relaxed) { return false }
+        activeThread.store(Self.currentThread, ordering: .relaxed)
+        return true
+    }
 
-        body()
-
+    /// Leaves the gate, waking a `close()` waiting for the invocation to end.
+    private func leave() {
         condition.lock()
-        state.activeThread = nil
+        activeThread.store(0, ordering: .relaxed)
         condition.broadcast()
         condition.unlock()
     }
 
-    /// Closes the gate. Returns once no invocation is running, except the caller's own.
-    ///
-    /// - Returns: `true` if this call closed the gate, `false` if it was already closed.
+    /// Runs `body` unless the gate is closed. Invocations of one gate never overlap (the executor is serial).
+    func run(_ body: () -> Void) {
+        guard enter() else { return }
+        body()
+        leave()
+    }
+
     /// Runs `body` for each element in order, stopping as soon as the gate is closed; the gate is entered once
     /// for the whole batch (one read burst's notifications) instead of once per element.
     ///
     /// `close()` sets the flag checked before each element and then waits for the batch to leave, so once it
     /// returns no further invocation starts, exactly as with ``run(_:)``.
     func runEach<Element>(_ elements: [Element], _ body: (Element) -> Void) {
-        condition.lock()
-        if state.isClosed {
-            condition.unlock()
-            return
-        }
-        state.activeThread = pthread_self()
-        condition.unlock()
-
+        guard enter() else { return }
         // By index from the buffer, so each element is lent to `body` rather than copied out of the array.
         elements.withUnsafeBufferPointer { elements in
             for index in elements.indices {
@@ -66,22 +69,22 @@ final class HandlerGate: Sendable {
                 body(elements[index])
             }
         }
-
-        condition.lock()
-        state.activeThread = nil
-        condition.broadcast()
-        condition.unlock()
+        leave()
     }
 
+    /// Closes the gate. Returns once no invocation is running, except the caller's own.
+    ///
+    /// - Returns: `true` if this call closed the gate, `false` if it was already closed.
     @discardableResult
     func close() -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        let wasOpen = !state.isClosed
-        state.isClosed = true
+        let wasOpen = !closedFlag.load(ordering: .relaxed)
         closedFlag.store(true, ordering: .sequentiallyConsistent)
-        let me = pthread_self()
-        while let active = state.activeThread, pthread_equal(active, me) == 0 {
+        let me = Self.currentThread
+        while true {
+            let active = activeThread.load(ordering: .relaxed)
+            if active == 0 || active == me { break }
             condition.wait()
         }
         return wasOpen

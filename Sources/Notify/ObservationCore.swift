@@ -21,19 +21,18 @@ final class ObservationCore: Sendable {
     /// Whether the executor runs jobs on the calling thread (`.immediate`), which makes staging pointless.
     let runsHandlerInline: Bool
 
-    // Staged state of the current read burst (see ``DeliveryStaging``). Only the center's I/O thread touches
-    // it, so it needs no lock; stored here rather than in a dictionary of the staging so that staging a
-    // notification costs an array append, not a hash lookup.
-    nonisolated(unsafe) private var stagedBatch: [ReceivedNotification] = []
-    nonisolated(unsafe) private var isStaged = false
+    /// Where ``DeliveryStaging`` keeps this observation's notifications of a read burst: an index, so that
+    /// staging costs an array access rather than a hash lookup. Unique among the center's live observations.
+    let stagingSlot: Int
 
     init(
-        id: UInt64, name: String, key: SubscriptionKey, executor: any DeliveryExecutor,
+        id: UInt64, name: String, key: SubscriptionKey, stagingSlot: Int, executor: any DeliveryExecutor,
         handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) {
         self.id = id
         self.name = name
         self.key = key
+        self.stagingSlot = stagingSlot
         self.executor = executor
         self.handler = handler
         self.runsHandlerInline = executor.runsJobsInline
@@ -57,32 +56,13 @@ final class ObservationCore: Sendable {
         }
     }
 
-    /// Adds a notification to this read burst's batch (on the I/O thread).
-    ///
-    /// - Returns: `true` if the batch was empty, so the caller must remember to call ``flushStaged()``.
-    func stage(_ notification: consuming ReceivedNotification) -> Bool {
-        stagedBatch.append(notification)
-        if isStaged { return false }
-        isStaged = true
-        return true
-    }
-
-    /// Notifications staged for the current job (on the I/O thread).
-    var stagedCount: Int { stagedBatch.count }
-
-    /// Hands the staged batch to the executor as one job (on the I/O thread).
+    /// Hands one read burst's notifications to the executor as one job.
     ///
     /// The gate is consulted before each notification, not once per batch: a `cancel()` that returns while the
     /// batch runs still stops every handler invocation after it, and a handler that cancels its own
     /// observation receives nothing more from the batch.
-    func flushStaged() {
-        var batch: [ReceivedNotification] = []
-        swap(&batch, &stagedBatch)
-        isStaged = false
-        guard !batch.isEmpty else { return }
-        // The next burst is likely as long: one allocation up front instead of growing step by step.
-        stagedBatch.reserveCapacity(batch.count)
-        executor.enqueue { [self, batch] in
+    func deliver(batch: [ReceivedNotification]) {
+        executor.enqueue { [self] in
             gate.runEach(batch, handler)
         }
     }

@@ -164,11 +164,11 @@ struct BatchedDeliveryTests {
         let counting = CountingExecutor()
         let handled = Collector<UInt64>()
         let staged = ObservationCore(
-            id: 1, name: "batched.unit", key: SubscriptionKey(pattern: "batched.unit", policy: .coalesce),
+            id: 1, name: "batched.unit", key: SubscriptionKey(pattern: "batched.unit", policy: .coalesce), stagingSlot: 0,
             executor: counting, handler: { handled.append($0.sequence) })
         let inlineHandled = Collector<UInt64>()
         let inline = ObservationCore(
-            id: 2, name: "batched.unit", key: SubscriptionKey(pattern: "batched.unit", policy: .coalesce),
+            id: 2, name: "batched.unit", key: SubscriptionKey(pattern: "batched.unit", policy: .coalesce), stagingSlot: 1,
             executor: ImmediateExecutor(), handler: { inlineHandled.append($0.sequence) })
         let staging = DeliveryStaging()
         let sender = SenderCredentials(pid: 1, uid: 0, gid: 0)

@@ -1,0 +1,78 @@
+import NIOCore
+import NotifyWire
+
+// Routing notifications to observations: the daemon's (on the I/O thread, staged per read burst) and
+// process-local posts (on the poster's thread). Both ask the registry the same question.
+extension CenterCore {
+    /// Delivers a `NOTIFICATION` (its fields, undecoded) that continues the current ``NotificationRun``; returns
+    /// `false`, having done nothing, when it does not (another name, routing changed, no run, or a layout the
+    /// full decoder must judge), and the caller then decodes it and calls ``received(_:on:staging:)``.
+    func deliverContinuingRun(_ fields: ByteBuffer, staging: DeliveryStaging) -> Bool {
+        guard staging.run.isOpen else { return false }
+        let generation = routingGeneration.load(ordering: .acquiring)
+        return fields.withUnsafeReadableBytes { bytes in
+            guard let fields = NotificationFrame.InPlaceFields(fields: bytes),
+                staging.run.continues(name: fields.name, generation: generation)
+            else { return false }
+            let observers = staging.run.observers
+            guard !observers.isEmpty else { return true }
+            let notification = ReceivedNotification(
+                name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
+                sender: fields.sender)
+            // The last observer (usually the only one) takes the notification itself rather than a copy.
+            for observer in observers.dropLast() where !observer.isWaitingForCurrentValue {
+                staging.add(notification, for: observer)
+            }
+            let last = observers[observers.count - 1]
+            if !last.isWaitingForCurrentValue {
+                staging.add(consume notification, for: last)
+            }
+            return true
+        }
+    }
+
+    func deliver(_ frame: NotificationFrame, mergedCount: UInt64, staging: DeliveryStaging) {
+        // A reused buffer: a fresh array per notification was one of its allocations.
+        var targets = staging.takeTargetBuffer()
+        let generation = state.withLockedValue { state -> UInt64 in
+            state.registry.collectObservers(of: frame.name, takingDrops: true, into: &targets)
+            return routingGeneration.load(ordering: .relaxed)
+        }
+        if !targets.isEmpty {
+            var notification = ReceivedNotification(
+                name: frame.name, storage: frame.payload.withUnsafeReadableBytes { staging.storePayload($0) },
+                sequence: frame.sequence, sender: frame.sender)
+            notification.mergedCount = mergedCount
+            for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
+                notification.droppedBefore = drops
+                staging.add(notification, for: observer)
+            }
+        }
+        // The notifications after this one on the same name go to the same observers (their drop counts were
+        // just taken; new ones arrive in an OVERFLOW frame, which ends the run).
+        staging.run.open(name: frame.name, generation: generation, observers: targets.lazy.map(\.0))
+        // Moved back, not copied: a second reference would make the buffer reallocate on its next use.
+        staging.returnTargetBuffer(consume targets)
+    }
+
+    /// A retained notification answers one observation's request for the current value: only it receives it.
+    func deliverRetained(_ frame: NotificationFrame, requestID: UInt32) {
+        guard case .currentValue(let core, _) = state.withLockedValue({ $0.pending[requestID] }) else { return }
+        var notification = ReceivedNotification(
+            name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
+            sender: frame.sender)
+        notification.isRetained = true
+        core.deliver(notification)
+    }
+
+    /// Hands a `self.` post to this process's observations of it; returns how many there were.
+    @discardableResult
+    func postLocally(_ name: String, payload: UnsafeRawBufferPointer) -> Int {
+        var targets: [(ObservationCore, UInt64)] = []
+        state.withLockedValue { $0.registry.collectObservers(of: name, takingDrops: false, into: &targets) }
+        guard !targets.isEmpty else { return 0 }
+        let notification = ReceivedNotification(name: name, payload: Array(payload), sequence: 0, sender: localSender)
+        for (observer, _) in targets { observer.deliver(notification) }
+        return targets.count
+    }
+}

@@ -1,0 +1,67 @@
+import NotifyWire
+
+// Adding and removing observations: the registry changes, and the daemon subscription follows.
+extension CenterCore {
+    func addObservation(
+        _ patternText: String, target: DeliveryTarget, options: ObservationOptions,
+        handler: @escaping @Sendable (ReceivedNotification) -> Void
+    ) throws(NotifyError) -> ObservationCore {
+        let pattern: NotificationPattern
+        do {
+            pattern = try NotificationPattern(patternText)
+        } catch {
+            throw NotifyError.invalidName(error)
+        }
+        let key = SubscriptionKey(pattern: patternText, policy: options.policy)
+        let isLocal = NotificationName.isProcessLocal(patternText)
+        let (core, schedule) = state.withLockedValue { state -> (ObservationCore, Bool) in
+            let added = state.registry.add(pattern, key: key) { id, slot in
+                ObservationCore(
+                    id: id, name: patternText, key: key, stagingSlot: slot,
+                    executor: target.makeExecutor(label: "notify.observation.\(id)"), handler: handler)
+            }
+            let core = added.core
+            guard !isLocal, state.channel != nil else { return (core, false) }
+            let wantsCurrent = options.receivesCurrentValue
+            if !added.isNewSubscription && !wantsCurrent { return (core, false) }
+            var subscriptionID = added.subscriptionID
+            var probe: UInt32?
+            if !added.isNewSubscription {
+                // An existing subscription cannot fetch the current value for one new observation: a short-lived
+                // extra subscription does, atomically with its registration in the daemon.
+                subscriptionID = state.registry.makeSubscriptionID()
+                probe = subscriptionID
+            }
+            let request: PendingRequests.Request
+            if wantsCurrent {
+                core.beginWaitingForCurrentValue()
+                request = .currentValue(core, probe: probe)
+            } else {
+                request = .subscribe(pattern: patternText)
+            }
+            let schedule = state.sendRequest(request) {
+                .subscribe(
+                    .init(
+                        requestID: $0, subscriptionID: subscriptionID, flags: wantsCurrent ? .sendRetained : [],
+                        policy: options.policy, pattern: patternText))
+            }
+            return (core, schedule)
+        }
+        if schedule { scheduleFlush() }
+        if isLocal, options.receivesCurrentValue { core.finishWaitingForCurrentValue() }
+        return core
+    }
+
+    func remove(_ core: ObservationCore) {
+        let key = core.key
+        let schedule = state.withLockedValue { state -> Bool in
+            guard let subscriptionID = state.registry.remove(core),
+                !NotificationName.isProcessLocal(key.pattern), state.channel != nil
+            else { return false }
+            return state.sendRequest(.unsubscribe(pattern: key.pattern)) {
+                .unsubscribe(requestID: $0, subscriptionID: subscriptionID)
+            }
+        }
+        if schedule { scheduleFlush() }
+    }
+}

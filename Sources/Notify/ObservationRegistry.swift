@@ -1,0 +1,157 @@
+import Atomics
+import NotifyWire
+
+/// Every observation of a center, indexed for routing: the one place that says which observations a name
+/// reaches, for the daemon's notifications and for process-local (`self.`) posts alike.
+///
+/// Observations of one pattern under one policy share a daemon subscription (``SubscriptionKey``). A value
+/// kept under the center's lock; only ``generation`` is read without it.
+struct ObservationRegistry: Sendable {
+    /// One daemon subscription: a pattern (or name) under one policy, shared by its observations.
+    private struct Subscription {
+        var id: UInt32
+        var pattern: NotificationPattern
+        var observations: [ObservationCore]
+    }
+
+    private var subscriptions: [SubscriptionKey: Subscription] = [:]
+    /// Observations of exact names (all policies), for routing without scanning.
+    private var exactObservers: [ExactName: [ObservationCore]] = [:]
+    /// Subscriptions with wildcards, matched against every incoming name.
+    private var patternKeys: Set<SubscriptionKey> = []
+    private var keysByID: [UInt32: SubscriptionKey] = [:]
+    /// `OVERFLOW` counts waiting to be attached to the next notification of their subscription.
+    private var pendingDrops: [SubscriptionKey: UInt64] = [:]
+    private var nextSubscriptionID: UInt32 = 1
+    private var nextObservationID: UInt64 = 1
+    /// Staging slots of removed observations, handed to new ones so the slots stay few (see ``DeliveryStaging``).
+    private var freeSlots: [Int] = []
+    private var slotCount = 0
+    /// Bumped whenever observations are added or removed, so that the I/O thread can tell without the lock
+    /// whether the observers it looked up for a ``NotificationRun`` are still current.
+    let generation: ManagedAtomic<UInt64>
+
+    init(generation: ManagedAtomic<UInt64>) {
+        self.generation = generation
+    }
+
+    /// An observation just registered.
+    struct Added {
+        var core: ObservationCore
+        /// Its daemon subscription's id.
+        var subscriptionID: UInt32
+        /// Whether it is the subscription's first observation (the daemon does not know it yet).
+        var isNewSubscription: Bool
+    }
+
+    /// Registers the observation `make` builds from its id and staging slot.
+    mutating func add(
+        _ pattern: NotificationPattern, key: SubscriptionKey, make: (_ id: UInt64, _ stagingSlot: Int) -> ObservationCore
+    ) -> Added {
+        let id = nextObservationID
+        nextObservationID += 1
+        generation.wrappingIncrement(ordering: .releasing)
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+        } else {
+            slot = slotCount
+            slotCount += 1
+        }
+        let core = make(id, slot)
+        if pattern.hasWildcards {
+            patternKeys.insert(key)
+        } else {
+            exactObservers[ExactName(key.pattern), default: []].append(core)
+        }
+        if let existing = subscriptions[key] {
+            subscriptions[key]!.observations.append(core)
+            return Added(core: core, subscriptionID: existing.id, isNewSubscription: false)
+        }
+        let subscriptionID = makeSubscriptionID()
+        subscriptions[key] = Subscription(id: subscriptionID, pattern: pattern, observations: [core])
+        keysByID[subscriptionID] = key
+        return Added(core: core, subscriptionID: subscriptionID, isNewSubscription: true)
+    }
+
+    /// Removes `core`; returns its subscription's id when it was the subscription's last observation.
+    mutating func remove(_ core: ObservationCore) -> UInt32? {
+        let key = core.key
+        generation.wrappingIncrement(ordering: .releasing)
+        if var exact = exactObservers[ExactName(key.pattern)] {
+            exact.removeAll { $0 === core }
+            exactObservers[ExactName(key.pattern)] = exact.isEmpty ? nil : exact
+        }
+        guard var entry = subscriptions[key] else { return nil }
+        let before = entry.observations.count
+        entry.observations.removeAll { $0 === core }
+        if entry.observations.count < before { freeSlots.append(core.stagingSlot) }
+        guard entry.observations.isEmpty else {
+            subscriptions[key] = entry
+            return nil
+        }
+        subscriptions.removeValue(forKey: key)
+        keysByID.removeValue(forKey: entry.id)
+        patternKeys.remove(key)
+        pendingDrops.removeValue(forKey: key)
+        return entry.id
+    }
+
+    /// Subscription ids start at 1 and skip 0 when they wrap: `OVERFLOW` uses 0 for the whole connection.
+    mutating func makeSubscriptionID() -> UInt32 {
+        let id = nextSubscriptionID
+        nextSubscriptionID = nextSubscriptionID == UInt32.max ? 1 : nextSubscriptionID + 1
+        return id
+    }
+
+    /// Appends every observation `name` reaches to `targets`, exact names first, then patterns in set order;
+    /// with `takingDrops`, each with its subscription's waiting `OVERFLOW` count (which this clears).
+    mutating func collectObservers(
+        of name: String, takingDrops: Bool, into targets: inout [(ObservationCore, UInt64)]
+    ) {
+        if let exact = exactObservers[ExactName(name)] {
+            for core in exact { targets.append((core, takingDrops ? takeDrops(for: core.key) : 0)) }
+        }
+        for key in patternKeys {
+            guard let entry = subscriptions[key], entry.pattern.matches(name) else { continue }
+            let drops = takingDrops ? takeDrops(for: key) : 0
+            for core in entry.observations { targets.append((core, drops)) }
+        }
+    }
+
+    /// The `OVERFLOW` count waiting for the next notification of `key`, cleared; skips hashing the key in the
+    /// usual case of no drops at all.
+    private mutating func takeDrops(for key: SubscriptionKey) -> UInt64 {
+        if pendingDrops.isEmpty { return 0 }
+        return pendingDrops.removeValue(forKey: key) ?? 0
+    }
+
+    /// Counts an `OVERFLOW` towards its subscription's next notification; returns the subscription's pattern
+    /// (`nil` for a connection-wide overflow or a subscription already gone).
+    mutating func recordOverflow(subscriptionID: UInt32, dropped: UInt64) -> String? {
+        guard let key = keysByID[subscriptionID] else { return nil }
+        pendingDrops[key, default: 0] += dropped
+        return key.pattern
+    }
+
+    /// The subscriptions a new connection must make again (process-local names never reach the daemon).
+    var daemonSubscriptions: [(key: SubscriptionKey, id: UInt32)] {
+        subscriptions.compactMap { key, entry in
+            NotificationName.isProcessLocal(key.pattern) ? nil : (key, entry.id)
+        }
+    }
+}
+
+/// A daemon subscription's identity in the library: the pattern and the policy.
+struct SubscriptionKey: Hashable, Sendable {
+    /// Compared byte for byte, as the daemon compares names.
+    private var exactPattern: ExactName
+    var policy: DeliveryPolicy
+
+    init(pattern: String, policy: DeliveryPolicy) {
+        self.exactPattern = ExactName(pattern)
+        self.policy = policy
+    }
+
+    var pattern: String { exactPattern.string }
+}
