@@ -315,7 +315,8 @@ final class Broker {
         // its storage back so steady-state flushing allocates nothing here.
         var touched: [Peer] = []
         swap(&touched, &dirty)
-        for peer in touched where peers[peer.number] === peer && slots[peer.slot].isDirty {
+        // A closed peer's slot may belong to another peer by now: check the phase first.
+        for peer in touched where peer.phase != .closed && slots[peer.slot].isDirty {
             flush(peer)
         }
         touched.removeAll(keepingCapacity: true)

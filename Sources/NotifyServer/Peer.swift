@@ -37,9 +37,12 @@ final class Peer {
     private(set) var number: UInt64 = 0
     /// The peer's index in the broker's per-peer tables.
     private(set) var slot = 0
-    private weak var transport: PeerTransport?
+    /// Not retained: the handler owns the peer, and outlives it as an open peer (the channel closes the peer
+    /// before it releases the handler, and a closed peer never uses its transport).
+    private unowned(unsafe) let transport: PeerTransport
     /// The channel handler serving this peer (for a graceful shutdown).
-    var handler: PeerChannelHandler? { transport as? PeerChannelHandler }
+    var handler: PeerChannelHandler? { isClosed ? nil : transport as? PeerChannelHandler }
+    private var isClosed: Bool { phase == .closed }
     private(set) var phase = Phase.awaitingHello
     var queue: DeliveryQueue
     var subscriptions = SubscriptionTable()
@@ -112,7 +115,7 @@ final class Peer {
             // The client sends requests faster than it reads their replies: stop reading its requests until it
             // catches up, so its replies cannot grow without bound either.
             isBackPressured = true
-            transport?.stopReadingForBackPressure()
+            transport.stopReadingForBackPressure()
         }
     }
 
@@ -164,12 +167,12 @@ final class Peer {
         closeAfterFlushing()
         // A peer that never reads again would keep the connection open forever: close it after a grace period.
         let grace = TimeAmount.nanoseconds(Int64(broker.configuration.slowConsumerGraceSeconds * 1e9))
-        transport?.schedule(in: grace) { [self] in forceClose() }
+        transport.schedule(in: grace) { [self] in forceClose() }
     }
 
     /// Writes and flushes everything queued since the last flush (the broker calls it once per read burst).
     func flush() {
-        guard phase != .closed, let transport else { return }
+        guard phase != .closed else { return }
         if queue.hasUnflushedBytes {
             let bytes = queue.takeForWrite()
             let count = bytes.readableBytes
@@ -195,7 +198,7 @@ final class Peer {
         broker.releaseHeld(self)
         if isBackPressured, queue.pendingBytes <= queue.limit / 2 {
             isBackPressured = false
-            transport?.backPressureRelieved()
+            transport.backPressureRelieved()
         }
         if phase == .closing, queue.pendingBytes == 0 { flush() }
     }
@@ -239,7 +242,7 @@ final class Peer {
     /// Closes at once, discarding what is queued (when the shutdown deadline or a slow consumer's grace passed).
     func forceClose() {
         guard phase != .closed else { return }
-        transport?.close()
+        transport.close()
     }
 
     // MARK: Introspection

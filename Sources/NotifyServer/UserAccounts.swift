@@ -3,8 +3,9 @@
 /// gives the charge back when the resource goes.
 final class UserAccount {
     let uid: UInt32
-    /// The registry, for the quotas in force (a configuration reload changes them).
-    private unowned let registry: UserAccounts
+    /// The quotas in force, kept in step by the registry (a configuration reload changes them): a copy, since
+    /// every delivery reads the outbound quota.
+    fileprivate(set) var quotas: AccessConfiguration.Quotas
     private(set) var connections = 0
     private(set) var subscriptions = 0
     /// Labels of this user's patterns in the pattern trie (see ``PatternTrie/cost(of:)``).
@@ -14,15 +15,13 @@ final class UserAccount {
     private(set) var retainedBytes = 0
     private(set) var stateNames = 0
 
-    fileprivate init(uid: UInt32, registry: UserAccounts) {
+    fileprivate init(uid: UInt32, quotas: AccessConfiguration.Quotas) {
         self.uid = uid
-        self.registry = registry
+        self.quotas = quotas
     }
 
     /// Root is not subject to quotas.
     var isExempt: Bool { uid == 0 }
-
-    private var quotas: AccessConfiguration.Quotas { registry.quotas }
 
     /// Bytes this user's connections may still have queued or held beyond what they have.
     var outboundRoom: Int { isExempt ? .max : quotas.outboundBytesPerUID - outboundBytes }
@@ -89,14 +88,16 @@ final class UserAccount {
 /// The accounts of every user that has connected, and the quotas they are held to.
 final class UserAccounts {
     /// The per-user quotas in force.
-    var quotas: AccessConfiguration.Quotas
+    var quotas: AccessConfiguration.Quotas {
+        didSet { for account in accounts.values { account.quotas = quotas } }
+    }
     private var accounts: [UInt32: UserAccount] = [:]
 
     init(quotas: AccessConfiguration.Quotas) { self.quotas = quotas }
 
     func account(for uid: UInt32) -> UserAccount {
         if let account = accounts[uid] { return account }
-        let account = UserAccount(uid: uid, registry: self)
+        let account = UserAccount(uid: uid, quotas: quotas)
         accounts[uid] = account
         return account
     }

@@ -23,9 +23,11 @@ func withBroker<T: Sendable>(of server: NotifyServer, _ body: @escaping @Sendabl
     return try await bound.eventLoop.submit { body(bound.value) }.get()
 }
 
-/// A transport that goes nowhere, for peers that are only compared by identity (the peer holds it weakly: keep
-/// it alive as long as the peers are used).
-final class NullTransport: PeerTransport {
+/// A transport that goes nowhere, for peers that are only compared by identity (a peer does not retain its
+/// transport: use the shared instance, which lives as long as the process).
+final class NullTransport: PeerTransport, Sendable {
+    static let shared = NullTransport()
+
     func write(_ bytes: ByteBuffer) {}
     func whenWritten(_ body: @escaping () -> Void) {}
     func stopReadingForBackPressure() {}
@@ -40,9 +42,8 @@ func makeDetachedPeers(_ count: Int, label: String) -> [Peer] {
         eventLoop: EmbeddedEventLoop(),
         configuration: ServerConfiguration(listenAddress: .path("/nonexistent/\(label).sock")),
         instanceID: InstanceID(high: 0, low: 0), daemonPID: 1, logger: Logger(label: label))
-    let transport = NullTransport()
     return (0..<count).map { _ in
-        Peer(broker: broker, credentials: SenderCredentials(pid: 1, uid: 0, gid: 0), transport: transport)
+        Peer(broker: broker, credentials: SenderCredentials(pid: 1, uid: 0, gid: 0), transport: NullTransport.shared)
     }
 }
 
