@@ -7,24 +7,29 @@ extension NotificationFrame {
     /// Produces the same bytes as ``NotificationFrame/encode(sequence:sender:name:payload:into:)`` (the golden
     /// vectors check both).
     public struct RunEncoder {
-        /// Sender pid, uid and gid, then the name with its length, as encoded; `nil` before the first run.
-        /// Reused from run to run.
-        private var shared: ByteBuffer?
+        /// Sender pid, uid and gid, then the name with its length, as encoded. Reused from run to run.
+        private var shared: [UInt8] = []
 
         /// An encoder with no run started (it allocates nothing until it starts one).
         public init() {}
 
         /// Starts encoding frames for posts by `sender` to `name`.
         public mutating func start(sender: SenderCredentials, name: String) {
-            if shared == nil { shared = ByteBufferAllocator().buffer(capacity: 64) }
-            shared!.clear()
-            NotificationFrame.writeSenderAndName(sender: sender, name: name, into: &shared!)
+            var name = name
+            name.withUTF8 { name in
+                let length = NotificationFrame.senderAndNameLength(nameByteCount: name.count)
+                shared.removeAll(keepingCapacity: true)
+                shared.append(contentsOf: repeatElement(0, count: length))
+                shared.withUnsafeMutableBytes {
+                    NotificationFrame.writeSenderAndName(sender: sender, name: UnsafeRawBufferPointer(name), to: $0)
+                }
+            }
         }
 
         /// Whether `nameField` (a name's length and bytes, as `POST` carries them) is this run's name, byte for byte.
         public func hasName(_ nameField: UnsafeRawBufferPointer) -> Bool {
-            guard let shared else { return false }
-            return shared.withUnsafeReadableBytes { UnsafeRawBufferPointer(rebasing: $0[12...]).bytesEqual(nameField) }
+            guard shared.count >= 14 else { return false }
+            return shared.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[12...]).bytesEqual(nameField) }
         }
 
         /// Appends the whole `NOTIFICATION` frame of one post of the run to `buffer`.
@@ -32,27 +37,10 @@ extension NotificationFrame {
         /// - Returns: the frame's length, prefix included.
         @discardableResult
         public func encode(sequence: UInt64, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer) -> Int {
-            precondition(shared != nil, "encode before start")
-            let bodyLength = 1 + 8 + shared!.readableBytes + 4 + payload.count
-            let total = ProtocolConstants.lengthPrefixSize + bodyLength
-            shared!.withUnsafeReadableBytes { shared in
-                _ = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
-                    out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
-                    out[4] = MessageType.notification.rawValue
-                    out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
-                    var position = 13
-                    UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + shared.count)]).copyMemory(from: shared)
-                    position += shared.count
-                    out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
-                    position += 4
-                    if payload.count > 0 {
-                        UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)])
-                            .copyMemory(from: payload)
-                    }
-                    return total
-                }
+            precondition(!shared.isEmpty, "encode before start")
+            return shared.withUnsafeBytes { shared in
+                NotificationFrame.encode(sequence: sequence, senderAndName: shared, payload: payload, into: &buffer)
             }
-            return total
         }
     }
 }

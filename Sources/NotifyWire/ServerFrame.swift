@@ -138,6 +138,12 @@ public struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
 extension ServerFrame: WireFrameEncodable {
     /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
     public func encode(into buffer: inout ByteBuffer) {
+        if case .notification(let notification) = self {
+            NotificationFrame.encode(
+                sequence: notification.sequence, sender: notification.sender, name: notification.name,
+                payload: notification.payload, into: &buffer)
+            return
+        }
         buffer.writeWireFrame(messageType) { buffer in
             switch self {
             case .welcome(let welcome):
@@ -156,8 +162,8 @@ extension ServerFrame: WireFrameEncodable {
                 buffer.writeInteger(requestID)
                 buffer.writeInteger(sequence)
                 buffer.writeInteger(deliveredCount)
-            case .notification(let notification):
-                notification.encodeFields(into: &buffer)
+            case .notification:
+                preconditionFailure("encoded above")
             case .overflow(let subscriptionID, let droppedCount):
                 buffer.writeInteger(subscriptionID)
                 buffer.writeInteger(droppedCount)
@@ -202,25 +208,57 @@ extension NotificationFrame {
     }
 
     fileprivate func encodeFields(into buffer: inout ByteBuffer) {
-        Self.writeFields(sequence: sequence, sender: sender, name: name, payload: payload, into: &buffer)
-    }
-
-    /// The fields of `NOTIFICATION` after the type byte: the one definition of their layout (the run encoder
-    /// writes the same fields, with the sender and name from ``writeSenderAndName(sender:name:into:)``).
-    static func writeFields(
-        sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer, into buffer: inout ByteBuffer
-    ) {
         buffer.writeInteger(sequence)
-        writeSenderAndName(sender: sender, name: name, into: &buffer)
+        var name = name
+        name.withUTF8 { name in
+            let length = Self.senderAndNameLength(nameByteCount: name.count)
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { out in
+                Self.writeSenderAndName(sender: sender, name: UnsafeRawBufferPointer(name), to: out)
+                return length
+            }
+        }
         buffer.writeWirePayload(payload)
     }
 
-    /// The fields between the sequence number and the payload: what every post of a run shares.
-    static func writeSenderAndName(sender: SenderCredentials, name: String, into buffer: inout ByteBuffer) {
-        buffer.writeInteger(sender.pid)
-        buffer.writeInteger(sender.uid)
-        buffer.writeInteger(sender.gid)
-        buffer.writeWireString(name)
+    /// The bytes of the fields between the sequence number and the payload: what every post of a run shares.
+    static func senderAndNameLength(nameByteCount: Int) -> Int { 12 + 2 + nameByteCount }
+
+    /// Writes the sender's pid, uid and gid and the name with its length at the start of `out`: the one
+    /// definition of these fields' layout, for every frame that carries a notification.
+    static func writeSenderAndName(sender: SenderCredentials, name: UnsafeRawBufferPointer, to out: UnsafeMutableRawBufferPointer) {
+        out.storeBytes(of: sender.pid.bigEndian, toByteOffset: 0, as: UInt32.self)
+        out.storeBytes(of: sender.uid.bigEndian, toByteOffset: 4, as: UInt32.self)
+        out.storeBytes(of: sender.gid.bigEndian, toByteOffset: 8, as: UInt32.self)
+        out.storeBytes(of: UInt16(name.count).bigEndian, toByteOffset: 12, as: UInt16.self)
+        if name.count > 0 { UnsafeMutableRawBufferPointer(rebasing: out[14..<(14 + name.count)]).copyMemory(from: name) }
+    }
+
+    /// Appends a whole `NOTIFICATION` frame whose sender and name fields are already encoded (see
+    /// ``writeSenderAndName(sender:name:to:)``): the one encoder of `NOTIFICATION`, in one reservation.
+    ///
+    /// - Returns: the frame's length, prefix included.
+    @discardableResult
+    static func encode(
+        sequence: UInt64, senderAndName shared: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer,
+        into buffer: inout ByteBuffer
+    ) -> Int {
+        let bodyLength = 1 + 8 + shared.count + 4 + payload.count
+        let total = ProtocolConstants.lengthPrefixSize + bodyLength
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
+            out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
+            out[4] = MessageType.notification.rawValue
+            out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
+            var position = 13
+            UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + shared.count)]).copyMemory(from: shared)
+            position += shared.count
+            out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
+            position += 4
+            if payload.count > 0 {
+                UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)]).copyMemory(from: payload)
+            }
+            return total
+        }
+        return total
     }
 
     /// Encodes a whole `NOTIFICATION` frame without building a ``NotificationFrame`` value first, so a
@@ -229,8 +267,16 @@ extension NotificationFrame {
         sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer,
         into buffer: inout ByteBuffer
     ) {
-        buffer.writeWireFrame(.notification) { buffer in
-            writeFields(sequence: sequence, sender: sender, name: name, payload: payload, into: &buffer)
+        var name = name
+        name.withUTF8 { name in
+            withUnsafeTemporaryAllocation(
+                byteCount: senderAndNameLength(nameByteCount: name.count), alignment: 1
+            ) { shared in
+                writeSenderAndName(sender: sender, name: UnsafeRawBufferPointer(name), to: shared)
+                _ = payload.withUnsafeReadableBytes { payload in
+                    encode(sequence: sequence, senderAndName: UnsafeRawBufferPointer(shared), payload: payload, into: &buffer)
+                }
+            }
         }
     }
 
