@@ -2,7 +2,7 @@
 import PackageDescription
 
 // The daemon's hot path touches class properties and NIO's inlined ByteBuffer code several times per delivery;
-// in release builds the run-time exclusivity checks on those accesses cost a fifth of its CPU
+// in release builds the run-time exclusivity checks on those accesses are a large share of its CPU
 // (Benchmarks/BENCHMARKS.md, F1). Debug builds and every test keep the checks, so a violation still fails
 // `make test`; the client library never takes this flag.
 let daemonHotPathSettings: [SwiftSetting] = [

@@ -3,8 +3,8 @@ import NotifyWire
 
 /// The bytes waiting to be written to one connection.
 ///
-/// Outgoing frames are appended to one buffer, which is handed to the channel once per read burst (see
-/// DESIGN.md: one `writeAndFlush` per connection per burst). ``pendingBytes`` counts both what is still here
+/// Outgoing frames are appended to one buffer, which is handed to the channel once per read burst (one
+/// `writeAndFlush` per connection per burst: a write per frame is a system call per frame). ``pendingBytes`` counts both what is still here
 /// and what the channel has not yet written to the socket; the connection keeps it within its bound.
 struct OutboundQueue {
     /// Bytes appended since the last flush.
