@@ -6,9 +6,10 @@ import PackageDescription
 // Benchmarks/run.py (`make bench`, `make bench-smoke`) in a scratch path of its own inside the root's
 // (.build/benchmarks, .build-bench/benchmarks); the daemon it measures is the root package's `notifyd`, built there.
 //
-// notify-bench uses the library as users get it: the `Notify` product. The allocation counts of the wire protocol
-// (`notify-alloc-bench`) measure NotifyWire, which is no product of the root package, so that executable is a target
-// of the root package (Benchmarks/notify-alloc-bench, declared in ../Package.swift), not of this one.
+// notify-bench uses the library as users get it: the `Notify` product and its public API. The allocation counts of
+// the wire protocol (`notify-alloc-bench`) measure NotifyWire, which has `package` access (only the root package's
+// targets can import it), so that executable is a target of the root package (Benchmarks/notify-alloc-bench, declared
+// in ../Package.swift), not of this one.
 let package = Package(
     name: "notifyd-benchmarks",
     platforms: [.macOS(.v14)],

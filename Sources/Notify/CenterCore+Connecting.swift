@@ -50,7 +50,7 @@ extension CenterCore {
             _ = state.outbound.append(.hello(.init(clientName: configuration.clientName)))
             for (key, id) in state.registry.daemonSubscriptions {
                 _ = state.sendRequest(.subscribe(pattern: key.pattern)) {
-                    .subscribe(.init(requestID: $0, subscriptionID: id, policy: key.policy, pattern: key.pattern))
+                    .subscribe(.init(requestID: $0, subscriptionID: id, policy: key.policy.wire, pattern: key.pattern))
                 }
             }
             for _ in 0..<suspendDepth {
@@ -121,7 +121,7 @@ extension CenterCore {
             metadata: ["instance": "\(welcome.instanceID)", "daemonRestarted": "\(welcomed.daemonRestarted)"])
         // The event first: a stream made once `connect()`/`waitUntilConnected()` returned starts after this
         // connection's event, rather than getting it or not depending on which thread ran first.
-        emit(.connected(daemonRestarted: welcomed.daemonRestarted, instanceID: welcome.instanceID))
+        emit(.connected(daemonRestarted: welcomed.daemonRestarted, instanceID: InstanceID(welcome.instanceID)))
         for waiter in welcomed.waiters { waiter.resume() }
     }
 

@@ -18,7 +18,7 @@ extension CenterCore {
             guard !observers.isEmpty else { return true }
             let notification = ReceivedNotification(
                 name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
-                sender: fields.sender)
+                sender: SenderCredentials(fields.sender))
             // The last observer (usually the only one) takes the notification itself rather than a copy.
             for observer in observers.dropLast() where !observer.isWaitingForCurrentValue {
                 staging.add(notification, for: observer)
@@ -41,7 +41,7 @@ extension CenterCore {
         if !targets.isEmpty {
             var notification = ReceivedNotification(
                 name: frame.name, storage: frame.payload.withUnsafeReadableBytes { staging.storePayload($0) },
-                sequence: frame.sequence, sender: frame.sender)
+                sequence: frame.sequence, sender: SenderCredentials(frame.sender))
             notification.mergedCount = mergedCount
             for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
                 notification.droppedBefore = drops
@@ -60,7 +60,7 @@ extension CenterCore {
         guard case .currentValue(let core, _) = state.withLockedValue({ $0.pending[requestID] }) else { return }
         var notification = ReceivedNotification(
             name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
-            sender: frame.sender)
+            sender: SenderCredentials(frame.sender))
         notification.isRetained = true
         core.deliver(notification)
     }

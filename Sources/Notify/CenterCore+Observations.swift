@@ -10,7 +10,7 @@ extension CenterCore {
         do {
             pattern = try NotificationPattern(patternText)
         } catch {
-            throw NotifyError.invalidName(error)
+            throw NotifyError.invalidName(NameError(error))
         }
         let key = SubscriptionKey(pattern: patternText, policy: options.policy)
         let isLocal = NotificationName.isProcessLocal(patternText)
@@ -43,7 +43,7 @@ extension CenterCore {
                 .subscribe(
                     .init(
                         requestID: $0, subscriptionID: subscriptionID, flags: wantsCurrent ? .sendRetained : [],
-                        policy: options.policy, pattern: patternText))
+                        policy: options.policy.wire, pattern: patternText))
             }
             return (core, schedule)
         }

@@ -1,5 +1,3 @@
-import NotifyWire
-
 /// Something that happened to a center's connection to the daemon.
 public enum ConnectionEvent: Sendable, Equatable, CustomStringConvertible {
     /// The handshake completed. `daemonRestarted` is true when the daemon's instance id differs from the one

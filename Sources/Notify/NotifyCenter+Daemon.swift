@@ -2,13 +2,6 @@ import Foundation
 import NIOCore
 import NotifyWire
 
-/// Daemon-wide figures (`notifyctl status`).
-public typealias DaemonStatus = Introspection.Status
-/// A name the daemon knows (`notifyctl names`).
-public typealias DaemonName = Introspection.Name
-/// A client connected to the daemon (`notifyctl clients`).
-public typealias DaemonClient = Introspection.Client
-
 extension NotifyCenter {
     /// Sets the state value of `name`, readable by anyone with ``state(of:)`` without subscribing.
     ///

@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import NotifyWire
 
 /// Errors reported by ``NotifyCenter``.
 public enum NotifyError: Error, Sendable, CustomStringConvertible {
@@ -16,11 +15,12 @@ public enum NotifyError: Error, Sendable, CustomStringConvertible {
     case notConnected(path: String)
     /// The connection ended before the daemon answered.
     case connectionLost(reason: String)
-    /// The name does not follow the name grammar.
+    /// The name does not follow the name grammar; ``NameError`` says where.
     case invalidName(NameError)
     /// The payload is larger than the daemon accepts.
     case payloadTooLarge(size: Int, limit: Int)
-    /// The daemon rejected the request.
+    /// The daemon rejected the request: `code` is its ``ErrorCode`` (`nil`: a code this library does not know, from a
+    /// newer daemon), `message` the daemon's explanation.
     case rejected(code: ErrorCode?, message: String)
     /// Waiting for the daemon took longer than the given time.
     case timedOut(operation: String, seconds: Double)

@@ -1,8 +1,3 @@
-import NotifyWire
-
-/// What the daemon does with an observation's notifications while this process cannot take them in time.
-public typealias DeliveryPolicy = NotifyWire.DeliveryPolicy
-
 /// Options of one observation.
 public struct ObservationOptions: Sendable, Hashable {
     /// What the daemon does with notifications this process cannot take in time (it reads too slowly, or the

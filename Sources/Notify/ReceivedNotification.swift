@@ -1,9 +1,6 @@
 import Foundation
 import NotifyWire
 
-/// The credentials of the process that posted a notification, as the daemon's kernel reported them.
-public typealias SenderCredentials = NotifyWire.SenderCredentials
-
 /// A notification as an observer receives it.
 ///
 /// Notifications read together from the daemon share one block of payload bytes (at most 16 KiB, or one

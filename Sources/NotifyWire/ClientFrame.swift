@@ -1,7 +1,7 @@
 import NIOCore
 
 /// A frame sent by a client to the daemon (protocol v1).
-public enum ClientFrame: Sendable, Hashable {
+package enum ClientFrame: Sendable, Hashable {
     /// Opens the session; must be the first frame on a connection.
     case hello(Hello)
     /// Subscribes to a name or pattern under a client-chosen subscription id. Answered with `OK` or `ERROR`
@@ -26,26 +26,26 @@ public enum ClientFrame: Sendable, Hashable {
     case query(requestID: UInt32, kind: UInt8, argument: String)
 
     /// The fields of `SUBSCRIBE`.
-    public struct Subscribe: Sendable, Hashable {
+    package struct Subscribe: Sendable, Hashable {
         /// Chosen by the client; echoed in the reply.
-        public var requestID: UInt32
+        package var requestID: UInt32
         /// Chosen by the client; names the subscription in `UNSUBSCRIBE` and `OVERFLOW`.
-        public var subscriptionID: UInt32
+        package var subscriptionID: UInt32
         /// Options.
-        public var flags: SubscribeFlags
+        package var flags: SubscribeFlags
         /// The `policy` byte as received; see ``policy``.
-        public var policyCode: UInt8
+        package var policyCode: UInt8
         /// The `queue_limit` field as received.
-        public var queueLimit: UInt32
+        package var queueLimit: UInt32
         /// A name, or a pattern with `*` and `>` labels.
-        public var pattern: String
+        package var pattern: String
 
         /// What to do with notifications the connection cannot take in time, or `nil` when the `policy` and
         /// `queue_limit` fields describe no policy (the daemon answers `invalid-request`).
-        public var policy: DeliveryPolicy? { DeliveryPolicy(code: policyCode, queueLimit: queueLimit) }
+        package var policy: DeliveryPolicy? { DeliveryPolicy(code: policyCode, queueLimit: queueLimit) }
 
         /// Creates the fields of `SUBSCRIBE`.
-        public init(
+        package init(
             requestID: UInt32, subscriptionID: UInt32, flags: SubscribeFlags = [], policy: DeliveryPolicy = .coalesce,
             pattern: String
         ) {
@@ -55,7 +55,7 @@ public enum ClientFrame: Sendable, Hashable {
         }
 
         /// Creates the fields of `SUBSCRIBE` from raw policy fields.
-        public init(
+        package init(
             requestID: UInt32, subscriptionID: UInt32, flags: SubscribeFlags, policyCode: UInt8, queueLimit: UInt32,
             pattern: String
         ) {
@@ -69,16 +69,16 @@ public enum ClientFrame: Sendable, Hashable {
     }
 
     /// The fields of `HELLO`.
-    public struct Hello: Sendable, Hashable {
+    package struct Hello: Sendable, Hashable {
         /// The protocol version the client speaks.
-        public var version: UInt16
+        package var version: UInt16
         /// Reserved; zero in protocol v1.
-        public var flags: UInt32
+        package var flags: UInt32
         /// A short name for logs and introspection, at most 255 bytes of UTF-8.
-        public var clientName: String
+        package var clientName: String
 
         /// Creates the fields of `HELLO`.
-        public init(version: UInt16 = ProtocolConstants.version, flags: UInt32 = 0, clientName: String) {
+        package init(version: UInt16 = ProtocolConstants.version, flags: UInt32 = 0, clientName: String) {
             self.version = version
             self.flags = flags
             self.clientName = clientName
@@ -86,18 +86,18 @@ public enum ClientFrame: Sendable, Hashable {
     }
 
     /// The fields of `POST`.
-    public struct Post: Sendable, Hashable {
+    package struct Post: Sendable, Hashable {
         /// Chosen by the client; echoed in the `POSTED` or `ERROR` reply.
-        public var requestID: UInt32
+        package var requestID: UInt32
         /// Options of this post.
-        public var flags: PostFlags
+        package var flags: PostFlags
         /// The notification name.
-        public var name: String
+        package var name: String
         /// The payload bytes, opaque to the daemon.
-        public var payload: ByteBuffer
+        package var payload: ByteBuffer
 
         /// Creates the fields of `POST`.
-        public init(requestID: UInt32, flags: PostFlags = [], name: String, payload: ByteBuffer) {
+        package init(requestID: UInt32, flags: PostFlags = [], name: String, payload: ByteBuffer) {
             self.requestID = requestID
             self.flags = flags
             self.name = name
@@ -106,7 +106,7 @@ public enum ClientFrame: Sendable, Hashable {
     }
 
     /// The message type of this frame.
-    public var messageType: MessageType {
+    package var messageType: MessageType {
         switch self {
         case .hello: .hello
         case .subscribe: .subscribe
@@ -123,36 +123,36 @@ public enum ClientFrame: Sendable, Hashable {
 }
 
 /// Options of a `POST` (the `flags` byte).
-public struct PostFlags: OptionSet, Sendable, Hashable {
+package struct PostFlags: OptionSet, Sendable, Hashable {
     /// The flag bits as sent on the wire.
-    public let rawValue: UInt8
+    package let rawValue: UInt8
     /// Flags from their wire bits.
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    package init(rawValue: UInt8) { self.rawValue = rawValue }
 
     /// Ask for a `POSTED` reply carrying the number of connections the notification was delivered to.
-    public static let ackWanted = PostFlags(rawValue: 0x01)
+    package static let ackWanted = PostFlags(rawValue: 0x01)
 
     /// Ask the daemon to keep this notification as the name's retained notification, handed to later
     /// subscriptions that ask for it.
-    public static let retain = PostFlags(rawValue: 0x02)
+    package static let retain = PostFlags(rawValue: 0x02)
 
     /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
-    public static let known: PostFlags = [.ackWanted, .retain]
+    package static let known: PostFlags = [.ackWanted, .retain]
 }
 
 /// Options of a `SUBSCRIBE` (the `flags` byte).
-public struct SubscribeFlags: OptionSet, Sendable, Hashable {
+package struct SubscribeFlags: OptionSet, Sendable, Hashable {
     /// The flag bits as sent on the wire.
-    public let rawValue: UInt8
+    package let rawValue: UInt8
     /// Flags from their wire bits.
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    package init(rawValue: UInt8) { self.rawValue = rawValue }
 
     /// Before the `OK`, send the retained notification of every name the pattern matches, as `RETAINED`
     /// frames carrying this request's id.
-    public static let sendRetained = SubscribeFlags(rawValue: 0x01)
+    package static let sendRetained = SubscribeFlags(rawValue: 0x01)
 
     /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
-    public static let known: SubscribeFlags = [.sendRetained]
+    package static let known: SubscribeFlags = [.sendRetained]
 }
 
 extension ClientFrame.Post {
@@ -162,7 +162,7 @@ extension ClientFrame.Post {
     ///
     /// The caller guarantees that `name` fits in 65,535 bytes (a valid name does) and `payload` in `UInt32`.
     /// Written with one reservation of the buffer: posting runs this for every post.
-    public static func encode(
+    package static func encode(
         requestID: UInt32, flags: PostFlags, name: String, payload: UnsafeRawBufferPointer,
         into buffer: inout ByteBuffer
     ) {
@@ -193,7 +193,7 @@ extension ClientFrame.Post {
 
 extension ClientFrame: WireFrameEncodable {
     /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         if case .post(let post) = self {
             post.payload.withUnsafeReadableBytes { payload in
                 Post.encode(requestID: post.requestID, flags: post.flags, name: post.name, payload: payload, into: &buffer)
@@ -238,7 +238,7 @@ extension ClientFrame: WireFrameEncodable {
 
 extension ClientFrame: WireFrameDecodable {
     /// Decodes a frame from its type byte and the fields after it; throws on anything malformed.
-    public static func decode(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ClientFrame {
+    package static func decode(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ClientFrame {
         guard let messageType = MessageType(rawValue: type), messageType.isClientToDaemon else {
             throw WireDecodingError.unknownMessageType(type)
         }

@@ -1,6 +1,6 @@
 /// What the daemon does with a subscription's notifications while its connection cannot take them (it reads
 /// too slowly, or it is suspended). `protocol/PROTOCOL.md` § 9.4.
-public enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
+package enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
     /// Keep at most one pending notification per name, the latest, with a count of how many were merged
     /// into it. The default.
     case coalesce
@@ -11,7 +11,7 @@ public enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
     case disconnect
 
     /// The `policy` byte.
-    public var code: UInt8 {
+    package var code: UInt8 {
         switch self {
         case .coalesce: 0
         case .queue: 1
@@ -20,13 +20,13 @@ public enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The `queue_limit` field (0 unless ``queue(limit:)``).
-    public var queueLimit: UInt32 {
+    package var queueLimit: UInt32 {
         if case .queue(let limit) = self { return limit }
         return 0
     }
 
     /// Decodes the `policy` and `queue_limit` fields; `nil` when they do not describe a policy.
-    public init?(code: UInt8, queueLimit: UInt32) {
+    package init?(code: UInt8, queueLimit: UInt32) {
         switch code {
         case 0 where queueLimit == 0: self = .coalesce
         case 1 where queueLimit > 0: self = .queue(limit: queueLimit)
@@ -37,7 +37,7 @@ public enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
 
     /// How protective a policy is when several subscriptions of one connection match a notification:
     /// `disconnect` wins over `queue` (the larger limit first), which wins over `coalesce`.
-    public var strength: UInt64 {
+    package var strength: UInt64 {
         switch self {
         case .coalesce: 0
         case .queue(let limit): 1 + UInt64(limit)
@@ -46,7 +46,7 @@ public enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .coalesce: "coalesce"
         case .queue(let limit): "queue(\(limit))"
@@ -56,7 +56,7 @@ public enum DeliveryPolicy: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// What a `QUERY` asks for.
-public enum QueryKind: UInt8, Sendable, Hashable, CaseIterable {
+package enum QueryKind: UInt8, Sendable, Hashable, CaseIterable {
     /// Daemon-wide figures.
     case status = 1
     /// Names with subscribers, state or a retained notification, optionally filtered by a pattern.
@@ -66,5 +66,5 @@ public enum QueryKind: UInt8, Sendable, Hashable, CaseIterable {
 
     /// Set in `QUERY`'s kind byte by a client that takes a long names or clients answer in parts: zero or
     /// more `QUERY_RESULT_PART` frames, then `QUERY_RESULT`, each a JSON array (`protocol/PROTOCOL.md` § 6.10).
-    public static let partsFlag: UInt8 = 0x80
+    package static let partsFlag: UInt8 = 0x80
 }

@@ -2,7 +2,7 @@
 ///
 /// Codes marked *fatal* are protocol violations: the daemon sends the error frame and then closes that
 /// connection. The other codes answer one bad request; the connection stays usable.
-public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+package enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// Fatal. A frame's fields do not match its message type (truncated field, invalid UTF-8, trailing bytes),
     /// or the connection ended in the middle of a frame.
     case malformedFrame = 1
@@ -46,7 +46,7 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
     case unavailable = 19
 
     /// Whether the daemon closes the connection after sending this error.
-    public var isFatal: Bool {
+    package var isFatal: Bool {
         switch self {
         case .malformedFrame, .frameTooLarge, .unknownMessageType, .handshakeRequired, .unsupportedVersion,
             .unexpectedHello, .slowConsumer, .shuttingDown, .internalError, .unavailable:
@@ -58,7 +58,7 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
     }
 
     /// The code's name as written in `protocol/PROTOCOL.md`, e.g. `invalid-name`.
-    public var description: String {
+    package var description: String {
         switch self {
         case .malformedFrame: "malformed-frame"
         case .frameTooLarge: "frame-too-large"

@@ -10,17 +10,17 @@ import Darwin
 ///
 /// Swift's `String` equality follows Unicode canonical equivalence (`é` equals `e` + U+0301), so it must
 /// not key the tables that route notifications: two different byte sequences are two different names.
-public struct ExactName: Hashable, Sendable, CustomStringConvertible {
+package struct ExactName: Hashable, Sendable, CustomStringConvertible {
     /// The name.
-    public let string: String
+    package let string: String
 
     /// Wraps `string`.
-    public init(_ string: String) {
+    package init(_ string: String) {
         self.string = string
     }
 
     /// Whether the two have the same bytes.
-    public static func == (lhs: ExactName, rhs: ExactName) -> Bool {
+    package static func == (lhs: ExactName, rhs: ExactName) -> Bool {
         // Routing compares every post's name with its table entry: compare lengths, then memory, rather than
         // stepping through two `UTF8View`s (native strings are contiguous; the loop is only a fallback).
         let compared = lhs.string.utf8.withContiguousStorageIfAvailable { left in
@@ -33,13 +33,13 @@ public struct ExactName: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Hashes the bytes, consistently with `==`.
-    public func hash(into hasher: inout Hasher) {
+    package func hash(into hasher: inout Hasher) {
         var string = string
         string.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
     }
 
     /// How this reads in logs and error messages.
-    public var description: String { string }
+    package var description: String { string }
 }
 
 extension UnsafeRawBufferPointer {

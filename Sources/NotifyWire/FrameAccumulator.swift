@@ -6,24 +6,24 @@ import NIOCore
 /// it, so framing happens in one place and needs no extra channel handler. The methods are inlinable so that
 /// each user gets a copy specialized for its frame type: an unspecialized generic copy looks up type metadata
 /// on every frame, which showed up as a tenth of the daemon's time per post.
-public struct FrameAccumulator<Frame: WireFrameDecodable> {
+package struct FrameAccumulator<Frame: WireFrameDecodable> {
     @usableFromInline var buffer: ByteBuffer?
     /// Frames longer than this (after the length prefix) are rejected with ``WireDecodingError/frameTooLarge(length:limit:)``.
-    public var maxFrameLength: UInt32
+    package var maxFrameLength: UInt32
 
     /// Creates an empty accumulator.
     @inlinable
-    public init(maxFrameLength: UInt32) {
+    package init(maxFrameLength: UInt32) {
         self.maxFrameLength = maxFrameLength
     }
 
     /// Bytes received but not yet returned as part of a frame.
     @inlinable
-    public var bufferedBytes: Int { buffer?.readableBytes ?? 0 }
+    package var bufferedBytes: Int { buffer?.readableBytes ?? 0 }
 
     /// Adds bytes read from the stream.
     @inlinable
-    public mutating func append(_ bytes: ByteBuffer) {
+    package mutating func append(_ bytes: ByteBuffer) {
         if buffer == nil || buffer!.readableBytes == 0 {
             buffer = bytes
         } else {
@@ -35,7 +35,7 @@ public struct FrameAccumulator<Frame: WireFrameDecodable> {
     ///
     /// After an error the stream cannot be resynchronised: the caller closes the connection.
     @inlinable
-    public mutating func next() throws(WireDecodingError) -> Frame? {
+    package mutating func next() throws(WireDecodingError) -> Frame? {
         guard var raw = try nextRawFrame() else { return nil }
         return try Frame.decode(type: raw.type, body: &raw.body)
     }
@@ -46,7 +46,7 @@ public struct FrameAccumulator<Frame: WireFrameDecodable> {
     /// run of posts to one name without building a `String` per post); ``WireFrameDecodable/decode(type:body:)``
     /// decodes the result.
     @inlinable
-    public mutating func nextRawFrame() throws(WireDecodingError) -> (type: UInt8, body: ByteBuffer)? {
+    package mutating func nextRawFrame() throws(WireDecodingError) -> (type: UInt8, body: ByteBuffer)? {
         guard buffer != nil else { return nil }
         guard let length = buffer!.getInteger(at: buffer!.readerIndex, endianness: .big, as: UInt32.self) else {
             return nil
@@ -67,7 +67,7 @@ public struct FrameAccumulator<Frame: WireFrameDecodable> {
 
     /// Call when the stream has ended: throws if part of a frame was left unread.
     @inlinable
-    public func finish() throws(WireDecodingError) {
+    package func finish() throws(WireDecodingError) {
         if bufferedBytes > 0 { throw WireDecodingError.truncatedFrame(bufferedBytes: bufferedBytes) }
     }
 }

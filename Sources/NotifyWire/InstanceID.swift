@@ -1,25 +1,25 @@
 /// A daemon instance id: 16 random bytes chosen at every daemon start, so that a client can tell a restarted
 /// daemon from a reconnection to the same one.
-public struct InstanceID: Sendable, Hashable, CustomStringConvertible {
+package struct InstanceID: Sendable, Hashable, CustomStringConvertible {
     /// The first 8 bytes, big-endian.
-    public var high: UInt64
+    package var high: UInt64
     /// The last 8 bytes, big-endian.
-    public var low: UInt64
+    package var low: UInt64
 
     /// Creates an id from its two halves.
-    public init(high: UInt64, low: UInt64) {
+    package init(high: UInt64, low: UInt64) {
         self.high = high
         self.low = low
     }
 
     /// A fresh random id.
-    public static func random() -> InstanceID {
+    package static func random() -> InstanceID {
         var generator = SystemRandomNumberGenerator()
         return InstanceID(high: generator.next(), low: generator.next())
     }
 
     /// 32 lowercase hex digits.
-    public var description: String {
+    package var description: String {
         func hex(_ value: UInt64) -> String {
             let digits = String(value, radix: 16)
             return String(repeating: "0", count: 16 - digits.count) + digits

@@ -1,58 +1,58 @@
 /// The JSON documents a `QUERY_RESULT` carries (`protocol/PROTOCOL.md` § 11). Keys are snake_case on the wire.
-public enum Introspection {
+package enum Introspection {
     /// Answer to `QUERY status`.
-    public struct Status: Codable, Sendable, Hashable {
+    package struct Status: Codable, Sendable, Hashable {
         /// The daemon's version, e.g. `0.1.0`.
-        public var version: String
+        package var version: String
         /// This run of the daemon, as 32 lowercase hex digits (the `instance_id` of `WELCOME`).
-        public var instanceID: String
+        package var instanceID: String
         /// The daemon's process id.
-        public var pid: UInt32
+        package var pid: UInt32
         /// Seconds since the daemon started.
-        public var uptimeSeconds: Double
+        package var uptimeSeconds: Double
         /// Open connections.
-        public var connections: Int
+        package var connections: Int
         /// Subscriptions of all connections.
-        public var subscriptions: Int
+        package var subscriptions: Int
         /// Names with at least one exact subscriber.
-        public var subscribedNames: Int
+        package var subscribedNames: Int
         /// Pattern subscriptions, counted once per connection and pattern text.
-        public var patterns: Int
+        package var patterns: Int
         /// Names with a state value.
-        public var stateNames: Int
+        package var stateNames: Int
         /// Names with a retained notification.
-        public var retainedNames: Int
+        package var retainedNames: Int
         /// Posts accepted since the start (the last sequence number).
-        public var posts: UInt64
+        package var posts: UInt64
         /// Notifications queued or held for connections since the start.
-        public var deliveries: UInt64
+        package var deliveries: UInt64
         /// Posts per second over the last few seconds.
-        public var postsPerSecond: Double
+        package var postsPerSecond: Double
         /// Deliveries per second over the last few seconds.
-        public var deliveriesPerSecond: Double
+        package var deliveriesPerSecond: Double
         /// Notifications merged into later ones under the `coalesce` policy.
-        public var merged: UInt64
+        package var merged: UInt64
         /// Notifications dropped under the `queue` policy or the connection bound.
-        public var dropped: UInt64
+        package var dropped: UInt64
         /// Connections closed under the `disconnect` policy.
-        public var slowConsumerDisconnects: UInt64
+        package var slowConsumerDisconnects: UInt64
         /// The daemon's resident set size, sampled each second (0 if unknown).
-        public var residentMemoryBytes: UInt64
+        package var residentMemoryBytes: UInt64
         /// Bytes queued for all connections and not yet written.
-        public var outboundBytes: Int
+        package var outboundBytes: Int
         /// Bytes of the notifications held for slow or suspended connections.
-        public var heldBytes: Int
+        package var heldBytes: Int
         /// Configuration reloads (SIGHUP) handled since the start, whether they applied a file or failed; `nil`
         /// from a daemon that does not report them.
-        public var configurationReloads: UInt64?
+        package var configurationReloads: UInt64?
         /// Why the last reload failed (the file kept its previous rules); `nil` when it succeeded.
-        public var lastReloadError: String?
+        package var lastReloadError: String?
         /// Times accepting a connection failed because the daemon (`EMFILE`) or the system (`ENFILE`) had no
         /// file descriptor left; `nil` from a daemon that does not report it.
-        public var acceptFailures: UInt64?
+        package var acceptFailures: UInt64?
         /// Connections the daemon answered with `ERROR unavailable` and closed because it had no file descriptor
         /// left for them; `nil` from a daemon that does not report it.
-        public var connectionsRefused: UInt64?
+        package var connectionsRefused: UInt64?
 
         enum CodingKeys: String, CodingKey {
             case version = "version"
@@ -82,7 +82,7 @@ public enum Introspection {
         }
 
         /// Creates an answer from its figures.
-        public init(
+        package init(
             version: String, instanceID: String, pid: UInt32, uptimeSeconds: Double, connections: Int,
             subscriptions: Int, subscribedNames: Int, patterns: Int, stateNames: Int, retainedNames: Int,
             posts: UInt64, deliveries: UInt64, postsPerSecond: Double, deliveriesPerSecond: Double, merged: UInt64,
@@ -118,15 +118,15 @@ public enum Introspection {
     }
 
     /// One entry of the answer to `QUERY names`.
-    public struct Name: Codable, Sendable, Hashable {
+    package struct Name: Codable, Sendable, Hashable {
         /// The name.
-        public var name: String
+        package var name: String
         /// Connections subscribed to exactly this name.
-        public var subscribers: Int
+        package var subscribers: Int
         /// The name's state value, if one is set.
-        public var state: UInt64?
+        package var state: UInt64?
         /// Whether the name has a retained notification (its current value).
-        public var hasRetained: Bool
+        package var hasRetained: Bool
 
         enum CodingKeys: String, CodingKey {
             case name = "name"
@@ -136,7 +136,7 @@ public enum Introspection {
         }
 
         /// Creates an entry.
-        public init(name: String, subscribers: Int, state: UInt64?, hasRetained: Bool) {
+        package init(name: String, subscribers: Int, state: UInt64?, hasRetained: Bool) {
             self.name = name
             self.subscribers = subscribers
             self.state = state
@@ -145,31 +145,31 @@ public enum Introspection {
     }
 
     /// One entry of the answer to `QUERY clients`.
-    public struct Client: Codable, Sendable, Hashable {
+    package struct Client: Codable, Sendable, Hashable {
         /// The connection's number, in the order the daemon accepted connections.
-        public var connection: UInt64
+        package var connection: UInt64
         /// The client's process id, as the kernel reported it when it connected (0: another pid namespace).
-        public var pid: UInt32
+        package var pid: UInt32
         /// The client's user id.
-        public var uid: UInt32
+        package var uid: UInt32
         /// The client's primary group id.
-        public var gid: UInt32
+        package var gid: UInt32
         /// The process's command name (`/proc/PID/comm`), when readable.
-        public var command: String?
+        package var command: String?
         /// The name the client gave in `HELLO` (the library sends the program's name by default).
-        public var clientName: String
+        package var clientName: String
         /// The connection's subscriptions.
-        public var subscriptions: Int
+        package var subscriptions: Int
         /// Bytes queued for the client and not yet written to its socket.
-        public var pendingBytes: Int
+        package var pendingBytes: Int
         /// Bytes of the notifications held for the client (it reads slowly, or is suspended).
-        public var heldBytes: Int
+        package var heldBytes: Int
         /// Whether the client has suspended its deliveries.
-        public var suspended: Bool
+        package var suspended: Bool
         /// Notifications merged into later ones for this client under `coalesce`.
-        public var merged: UInt64
+        package var merged: UInt64
         /// Notifications dropped for this client under `queue` or evicted by the bounds on held notifications.
-        public var dropped: UInt64
+        package var dropped: UInt64
 
         enum CodingKeys: String, CodingKey {
             case connection = "connection"
@@ -187,7 +187,7 @@ public enum Introspection {
         }
 
         /// Creates an entry.
-        public init(
+        package init(
             connection: UInt64, pid: UInt32, uid: UInt32, gid: UInt32, command: String?, clientName: String,
             subscriptions: Int, pendingBytes: Int, heldBytes: Int, suspended: Bool, merged: UInt64, dropped: UInt64
         ) {

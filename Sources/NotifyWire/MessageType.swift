@@ -1,7 +1,8 @@
 /// The message type byte that follows every frame's length prefix.
 ///
 /// Client-to-daemon types are below `0x80`; daemon-to-client types have the high bit set.
-public enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
+@usableFromInline
+package enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
     // Client to daemon.
     case hello = 0x01
     case subscribe = 0x02
@@ -30,12 +31,13 @@ public enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
     case error = 0x8F
 
     /// Whether a client sends this type (as opposed to the daemon).
-    public var isClientToDaemon: Bool { rawValue < 0x80 }
+    package var isClientToDaemon: Bool { rawValue < 0x80 }
 }
 
 extension MessageType: CustomStringConvertible {
     /// The message's name as written in `protocol/PROTOCOL.md`, e.g. `POST`.
-    public var description: String {
+    @usableFromInline
+    package var description: String {
         switch self {
         case .hello: "HELLO"
         case .subscribe: "SUBSCRIBE"

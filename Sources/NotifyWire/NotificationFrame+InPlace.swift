@@ -8,15 +8,15 @@ extension NotificationFrame {
     /// ``ServerFrame/decode(type:body:)`` instead.
     ///
     /// The pointers are only valid while the bytes passed to ``init(fields:)`` are.
-    public struct InPlaceFields {
+    package struct InPlaceFields {
         /// The daemon-wide sequence number of the post.
-        public var sequence: UInt64
+        package var sequence: UInt64
         /// The poster's credentials.
-        public var sender: SenderCredentials
+        package var sender: SenderCredentials
         /// The name's bytes, not validated.
-        public var name: UnsafeRawBufferPointer
+        package var name: UnsafeRawBufferPointer
         /// The payload's bytes.
-        public var payload: UnsafeRawBufferPointer
+        package var payload: UnsafeRawBufferPointer
 
         /// Reads the fields of a `NOTIFICATION` (the bytes after the type byte).
         ///
@@ -24,7 +24,7 @@ extension NotificationFrame {
         /// cut short, or bytes after the payload. The caller then decodes the frame in full, which reports the
         /// error precisely.
         @inlinable
-        public init?(fields: UnsafeRawBufferPointer) {
+        package init?(fields: UnsafeRawBufferPointer) {
             // sequence u64, sender pid/uid/gid u32 ×3, name (u16 + bytes), payload (u32 + bytes)
             let nameStart = 8 + 12 + 2
             guard fields.count >= nameStart else { return nil }

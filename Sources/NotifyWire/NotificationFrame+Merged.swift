@@ -6,7 +6,7 @@ extension NotificationFrame {
     ///
     /// The daemon keeps a coalesced notification as the bytes of its latest post and learns how many it
     /// absorbed only when it releases it.
-    public static func writeMerged(_ notification: ByteBuffer, mergedCount: UInt64, into buffer: inout ByteBuffer) {
+    package static func writeMerged(_ notification: ByteBuffer, mergedCount: UInt64, into buffer: inout ByteBuffer) {
         let headerLength = ProtocolConstants.lengthPrefixSize + 1
         let fields = notification.getSlice(
             at: notification.readerIndex + headerLength, length: notification.readableBytes - headerLength)!

@@ -6,15 +6,15 @@ extension NotificationFrame {
     ///
     /// Produces the same bytes as ``NotificationFrame/encode(sequence:sender:name:payload:into:)`` (the golden
     /// vectors check both).
-    public struct RunEncoder {
+    package struct RunEncoder {
         /// Sender pid, uid and gid, then the name with its length, as encoded. Reused from run to run.
         private var shared: [UInt8] = []
 
         /// An encoder with no run started (it allocates nothing until it starts one).
-        public init() {}
+        package init() {}
 
         /// Starts encoding frames for posts by `sender` to `name`.
-        public mutating func start(sender: SenderCredentials, name: String) {
+        package mutating func start(sender: SenderCredentials, name: String) {
             var name = name
             name.withUTF8 { name in
                 let length = NotificationFrame.senderAndNameLength(nameByteCount: name.count)
@@ -27,7 +27,7 @@ extension NotificationFrame {
         }
 
         /// Whether `nameField` (a name's length and bytes, as `POST` carries them) is this run's name, byte for byte.
-        public func hasName(_ nameField: UnsafeRawBufferPointer) -> Bool {
+        package func hasName(_ nameField: UnsafeRawBufferPointer) -> Bool {
             guard shared.count >= 14 else { return false }
             return shared.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[12...]).bytesEqual(nameField) }
         }
@@ -36,7 +36,7 @@ extension NotificationFrame {
         ///
         /// - Returns: the frame's length, prefix included.
         @discardableResult
-        public func encode(sequence: UInt64, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer) -> Int {
+        package func encode(sequence: UInt64, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer) -> Int {
             precondition(!shared.isEmpty, "encode before start")
             return shared.withUnsafeBytes { shared in
                 NotificationFrame.encode(sequence: sequence, senderAndName: shared, payload: payload, into: &buffer)
@@ -52,18 +52,18 @@ extension ClientFrame {
     ///
     /// The name's UTF-8 is **not** validated; anything other than that byte-for-byte comparison must decode the
     /// frame with ``ClientFrame/decode(type:body:)``. The pointers are valid only while the bytes are.
-    public struct PostFields {
+    package struct PostFields {
         /// The `flags` byte.
-        public var flags: UInt8
+        package var flags: UInt8
         /// The name's length field and bytes, as sent.
-        public var nameField: UnsafeRawBufferPointer
+        package var nameField: UnsafeRawBufferPointer
         /// The payload's bytes.
-        public var payload: UnsafeRawBufferPointer
+        package var payload: UnsafeRawBufferPointer
 
         /// Reads the fields of a `POST`; `nil` wherever ``ClientFrame/decode(type:body:)`` would throw for the
         /// frame's layout (a field cut short, a payload length that does not match).
         @inlinable
-        public init?(fields: UnsafeRawBufferPointer) {
+        package init?(fields: UnsafeRawBufferPointer) {
             // request_id u32, flags u8, name (u16 + bytes), payload (u32 + bytes)
             let nameStart = 4 + 1 + 2
             guard fields.count >= nameStart else { return nil }

@@ -5,19 +5,19 @@
 /// U+00A0 except the invisible ones in ``invisibleRanges`` (spaces, zero-width and bidirectional controls,
 /// noncharacters). Everything else, notably white space, control characters, `/`, `*` and `>` (reserved
 /// for patterns), is rejected.
-public enum NotificationName {
+package enum NotificationName {
     /// The prefix of names that never leave the posting process.
-    public static let processLocalPrefix = "self."
+    package static let processLocalPrefix = "self."
     private static let processLocalPrefixBytes = Array(processLocalPrefix.utf8)
 
     /// The longest name the grammar allows, in UTF-8 bytes (a daemon may announce a lower limit).
-    public static let maxLength = 255
+    package static let maxLength = 255
 
     /// Checks `name` against the grammar.
     ///
     /// - Parameter maxLength: the longest name accepted, in UTF-8 bytes.
     /// - Throws: ``NameError`` describing the first problem found.
-    public static func validate(_ name: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
+    package static func validate(_ name: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
         var utf8Count = 0
         var labelLength = 0
         var labelIndex = 0
@@ -40,7 +40,7 @@ public enum NotificationName {
     }
 
     /// Whether `name` is valid according to ``validate(_:maxLength:)``.
-    public static func isValid(_ name: String, maxLength: Int = NotificationName.maxLength) -> Bool {
+    package static func isValid(_ name: String, maxLength: Int = NotificationName.maxLength) -> Bool {
         do {
             try validate(name, maxLength: maxLength)
             return true
@@ -50,7 +50,7 @@ public enum NotificationName {
     }
 
     /// Whether `name` is process-local (starts with `self.`): such names never reach a daemon.
-    public static func isProcessLocal(_ name: String) -> Bool {
+    package static func isProcessLocal(_ name: String) -> Bool {
         // Over the contiguous UTF-8 (native strings already are) rather than the generic UTF8View: this runs on
         // every post.
         var name = name
@@ -60,7 +60,7 @@ public enum NotificationName {
     /// Scalars at or above U+00A0 that are still rejected, because they are invisible or ambiguous and would
     /// let two names that look the same differ. A fixed list, so that every implementation agrees whatever its
     /// Unicode version (`protocol/PROTOCOL.md` § 8).
-    public static let invisibleRanges: [ClosedRange<UInt32>] = [
+    package static let invisibleRanges: [ClosedRange<UInt32>] = [
         0x00A0...0x00A0,  // no-break space
         0x00AD...0x00AD,  // soft hyphen
         0x1680...0x1680,  // ogham space mark
@@ -91,7 +91,7 @@ public enum NotificationName {
 }
 
 /// Why a string is not a valid notification name.
-public enum NameError: Error, Sendable, Hashable, CustomStringConvertible {
+package enum NameError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The name is the empty string.
     case empty
     /// The name is longer than the limit, in UTF-8 bytes.
@@ -104,7 +104,7 @@ public enum NameError: Error, Sendable, Hashable, CustomStringConvertible {
     case misplacedRest(pattern: String)
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .empty:
             return "invalid name: the name is empty"

@@ -2,9 +2,9 @@
 ///
 /// `*` stands for exactly one label and may appear anywhere; `>` stands for one or more trailing labels and
 /// may only be the last label. A pattern without wildcards matches exactly one name.
-public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
+package struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
     /// One label of a pattern.
-    public enum Label: Sendable, Hashable {
+    package enum Label: Sendable, Hashable {
         /// A literal label.
         case literal(Substring)
         /// `*`: any one label.
@@ -14,19 +14,19 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The pattern as written.
-    public let text: String
+    package let text: String
     /// Its labels.
-    public let labels: [Label]
+    package let labels: [Label]
 
     /// Whether the pattern contains `*` or `>`.
-    public var hasWildcards: Bool {
+    package var hasWildcards: Bool {
         labels.contains { if case .literal = $0 { false } else { true } }
     }
 
     /// Parses and validates a pattern.
     ///
     /// - Throws: ``NameError`` if it breaks the grammar.
-    public init(_ text: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
+    package init(_ text: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
         // Wildcard labels are replaced by a placeholder label so the name grammar checks everything else.
         var placeholderName = ""
         var labels: [Label] = []
@@ -63,7 +63,7 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Whether `name` (a valid name) matches the pattern.
-    public func matches(_ name: String) -> Bool {
+    package func matches(_ name: String) -> Bool {
         var nameLabels = Self.labels(of: name)[...]
         for label in labels {
             switch label {
@@ -79,7 +79,7 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The literal labels before the first wildcard, joined by `.` (empty when the pattern starts with one).
-    public var literalPrefix: String {
+    package var literalPrefix: String {
         var parts: [Substring] = []
         for label in labels {
             guard case .literal(let literal) = label else { break }
@@ -89,7 +89,7 @@ public struct NotificationPattern: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// How this reads in logs and error messages.
-    public var description: String { text }
+    package var description: String { text }
 
     /// The labels of a name or pattern: split at every `.` scalar, as the name grammar and the daemon's pattern
     /// index do (a `Character` split would keep a `.` followed by a combining mark inside a label).

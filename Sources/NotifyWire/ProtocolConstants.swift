@@ -1,19 +1,21 @@
 /// Fixed numbers of wire protocol version 1 (see `protocol/PROTOCOL.md`).
-public enum ProtocolConstants {
+@usableFromInline
+package enum ProtocolConstants {
     /// The protocol version this implementation speaks.
-    public static let version: UInt16 = 1
+    package static let version: UInt16 = 1
 
     /// Size in bytes of the length prefix that starts every frame (unsigned 32-bit, big-endian).
-    public static let lengthPrefixSize = 4
+    @usableFromInline
+    package static let lengthPrefixSize = 4
 
     /// The largest frame a peer may send before the handshake has told it the daemon's limit.
     ///
     /// Every daemon accepts frames of at least this many bytes (counted after the length prefix).
-    public static let minimumMaxFrameLength: UInt32 = 65_536 + 1_024
+    package static let minimumMaxFrameLength: UInt32 = 65_536 + 1_024
 
     /// The longest client name accepted in `HELLO`, in UTF-8 bytes.
-    public static let maxClientNameLength = 255
+    package static let maxClientNameLength = 255
 
     /// The request id that means "not tied to any request" in an `ERROR` frame.
-    public static let noRequest: UInt32 = 0
+    package static let noRequest: UInt32 = 0
 }

@@ -1,7 +1,7 @@
 import NIOCore
 
 /// A frame sent by the daemon to a client (protocol v1).
-public enum ServerFrame: Sendable, Hashable {
+package enum ServerFrame: Sendable, Hashable {
     /// Answers `HELLO`: the session is open.
     case welcome(Welcome)
     /// `SUBSCRIBE` or `UNSUBSCRIBE` succeeded.
@@ -33,20 +33,20 @@ public enum ServerFrame: Sendable, Hashable {
     case goodbye(GoodbyeFrame)
 
     /// The fields of `WELCOME`.
-    public struct Welcome: Sendable, Hashable {
+    package struct Welcome: Sendable, Hashable {
         /// The protocol version the daemon chose for this connection.
-        public var version: UInt16
+        package var version: UInt16
         /// The daemon's process id.
-        public var daemonPID: UInt32
+        package var daemonPID: UInt32
         /// Changes on every daemon start.
-        public var instanceID: InstanceID
+        package var instanceID: InstanceID
         /// The limits the daemon enforces.
-        public var limits: ServerLimits
+        package var limits: ServerLimits
         /// The daemon's name and version, e.g. `notifyd 0.1.0`.
-        public var serverName: String
+        package var serverName: String
 
         /// Creates the fields of `WELCOME`.
-        public init(
+        package init(
             version: UInt16 = ProtocolConstants.version, daemonPID: UInt32, instanceID: InstanceID,
             limits: ServerLimits, serverName: String
         ) {
@@ -59,7 +59,7 @@ public enum ServerFrame: Sendable, Hashable {
     }
 
     /// The message type of this frame.
-    public var messageType: MessageType {
+    package var messageType: MessageType {
         switch self {
         case .welcome: .welcome
         case .ok: .ok
@@ -79,18 +79,18 @@ public enum ServerFrame: Sendable, Hashable {
 }
 
 /// The fields of `NOTIFICATION`.
-public struct NotificationFrame: Sendable, Hashable {
+package struct NotificationFrame: Sendable, Hashable {
     /// The daemon-wide sequence number of the post (1 for the first post after the daemon started).
-    public var sequence: UInt64
+    package var sequence: UInt64
     /// The poster's credentials as the kernel reported them.
-    public var sender: SenderCredentials
+    package var sender: SenderCredentials
     /// The notification name.
-    public var name: String
+    package var name: String
     /// The payload bytes as posted.
-    public var payload: ByteBuffer
+    package var payload: ByteBuffer
 
     /// Creates the fields of `NOTIFICATION`.
-    public init(sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer) {
+    package init(sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer) {
         self.sequence = sequence
         self.sender = sender
         self.name = name
@@ -99,23 +99,23 @@ public struct NotificationFrame: Sendable, Hashable {
 }
 
 /// The fields of `ERROR`.
-public struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
+package struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
     /// The request this error answers, or 0 when it concerns the connection as a whole.
-    public var requestID: UInt32
+    package var requestID: UInt32
     /// The numeric error code; see ``code``.
-    public var rawCode: UInt16
+    package var rawCode: UInt16
     /// Whether the daemon closes the connection after this frame.
-    public var closesConnection: Bool
+    package var closesConnection: Bool
     /// A human-readable explanation.
-    public var message: String
+    package var message: String
 
     /// Creates an error frame with a known code; `closesConnection` follows ``ErrorCode/isFatal``.
-    public init(requestID: UInt32, code: ErrorCode, message: String) {
+    package init(requestID: UInt32, code: ErrorCode, message: String) {
         self.init(requestID: requestID, rawCode: code.rawValue, closesConnection: code.isFatal, message: message)
     }
 
     /// Creates an error frame from its raw fields.
-    public init(requestID: UInt32, rawCode: UInt16, closesConnection: Bool, message: String) {
+    package init(requestID: UInt32, rawCode: UInt16, closesConnection: Bool, message: String) {
         self.requestID = requestID
         self.rawCode = rawCode
         self.closesConnection = closesConnection
@@ -123,13 +123,13 @@ public struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The error code, or `nil` if it is one this implementation does not know.
-    public var code: ErrorCode? { ErrorCode(rawValue: rawCode) }
+    package var code: ErrorCode? { ErrorCode(rawValue: rawCode) }
 
     /// The longest message the daemon sends, in UTF-8 bytes.
-    public static let maxMessageLength = 1_024
+    package static let maxMessageLength = 1_024
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    package var description: String {
         let name = code.map(String.init(describing:)) ?? "error-\(rawCode)"
         return "\(name): \(message)"
     }
@@ -137,7 +137,7 @@ public struct ErrorFrame: Sendable, Hashable, CustomStringConvertible {
 
 extension ServerFrame: WireFrameEncodable {
     /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         if case .notification(let notification) = self {
             NotificationFrame.encode(
                 sequence: notification.sequence, sender: notification.sender, name: notification.name,
@@ -263,7 +263,7 @@ extension NotificationFrame {
 
     /// Encodes a whole `NOTIFICATION` frame without building a ``NotificationFrame`` value first, so a
     /// daemon can encode a post straight from its decoded fields, once for all recipients.
-    public static func encode(
+    package static func encode(
         sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer,
         into buffer: inout ByteBuffer
     ) {
@@ -281,18 +281,18 @@ extension NotificationFrame {
     }
 
     /// The exact number of bytes ``encode(sequence:sender:name:payload:into:)`` writes.
-    public static func encodedLength(nameByteCount: Int, payloadByteCount: Int) -> Int {
+    package static func encodedLength(nameByteCount: Int, payloadByteCount: Int) -> Int {
         ProtocolConstants.lengthPrefixSize + 1 + fixedFieldsLength + nameByteCount + payloadByteCount
     }
 
     /// The bytes of a `NOTIFICATION`'s fields other than the name's and the payload's: sequence, sender pid, uid
     /// and gid, and the two length fields.
-    public static let fixedFieldsLength = 8 + 12 + 2 + 4
+    package static let fixedFieldsLength = 8 + 12 + 2 + 4
 }
 
 extension ServerFrame: WireFrameDecodable {
     /// Decodes a frame from its type byte and the fields after it; throws on anything malformed.
-    public static func decode(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ServerFrame {
+    package static func decode(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ServerFrame {
         guard let messageType = MessageType(rawValue: type), !messageType.isClientToDaemon else {
             throw WireDecodingError.unknownMessageType(type)
         }
@@ -369,7 +369,7 @@ extension ServerFrame: WireFrameDecodable {
 extension ServerFrame {
     /// The longest JSON document a `QUERY_RESULT` or `QUERY_RESULT_PART` carries within `maxFrameLength`: the
     /// frame's type byte, request id and the JSON's length field come first.
-    public static func maxQueryJSONLength(maxFrameLength: UInt32) -> Int {
+    package static func maxQueryJSONLength(maxFrameLength: UInt32) -> Int {
         Int(maxFrameLength) - 1 - 4 - 4
     }
 }

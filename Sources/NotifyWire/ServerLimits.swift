@@ -1,16 +1,16 @@
 /// Limits a daemon enforces and announces to every client in its `WELCOME` frame.
-public struct ServerLimits: Sendable, Hashable {
+package struct ServerLimits: Sendable, Hashable {
     /// Longest notification name, in UTF-8 bytes.
-    public var maxNameLength: UInt16
+    package var maxNameLength: UInt16
     /// Largest notification payload, in bytes.
-    public var maxPayloadLength: UInt32
+    package var maxPayloadLength: UInt32
     /// Largest frame, in bytes after the 4-byte length prefix. A longer frame closes the connection.
-    public var maxFrameLength: UInt32
+    package var maxFrameLength: UInt32
     /// Most subscriptions one connection may hold at once.
-    public var maxSubscriptions: UInt32
+    package var maxSubscriptions: UInt32
 
     /// Creates a set of limits.
-    public init(maxNameLength: UInt16, maxPayloadLength: UInt32, maxFrameLength: UInt32, maxSubscriptions: UInt32) {
+    package init(maxNameLength: UInt16, maxPayloadLength: UInt32, maxFrameLength: UInt32, maxSubscriptions: UInt32) {
         self.maxNameLength = maxNameLength
         self.maxPayloadLength = maxPayloadLength
         self.maxFrameLength = maxFrameLength
@@ -19,7 +19,7 @@ public struct ServerLimits: Sendable, Hashable {
 
     /// The limits of a daemon started without options: names up to 255 bytes, payloads up to 64 KiB,
     /// frames up to 128 KiB, 65,536 subscriptions per connection.
-    public static let `default` = ServerLimits(
+    package static let `default` = ServerLimits(
         maxNameLength: 255,
         maxPayloadLength: 65_536,
         maxFrameLength: 131_072,
@@ -30,7 +30,7 @@ public struct ServerLimits: Sendable, Hashable {
     /// a frame limit of at least ``ProtocolConstants/minimumMaxFrameLength`` that also fits the largest
     /// notification frame (`NOTIFICATION_MERGED`: its type byte, merged count and fixed fields, plus the longest name
     /// and payload).
-    public var inconsistencies: [String] {
+    package var inconsistencies: [String] {
         var problems: [String] = []
         if maxNameLength == 0 || Int(maxNameLength) > NotificationName.maxLength {
             problems.append("max name length \(maxNameLength) is outside 1...\(NotificationName.maxLength)")

@@ -1,5 +1,6 @@
 /// Why bytes received from a peer could not be turned into a frame.
-public enum WireDecodingError: Error, Sendable, Hashable, CustomStringConvertible {
+@usableFromInline
+package enum WireDecodingError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The length prefix announced a frame larger than the receiver accepts.
     case frameTooLarge(length: UInt32, limit: UInt32)
     /// The length prefix announced a frame of zero bytes (no room for a message type).
@@ -16,7 +17,7 @@ public enum WireDecodingError: Error, Sendable, Hashable, CustomStringConvertibl
     case truncatedFrame(bufferedBytes: Int)
 
     /// The protocol error code a daemon answers this with.
-    public var code: ErrorCode {
+    package var code: ErrorCode {
         switch self {
         case .frameTooLarge, .emptyFrame: .frameTooLarge
         case .unknownMessageType: .unknownMessageType
@@ -25,7 +26,8 @@ public enum WireDecodingError: Error, Sendable, Hashable, CustomStringConvertibl
     }
 
     /// How this reads in logs and error messages.
-    public var description: String {
+    @usableFromInline
+    package var description: String {
         switch self {
         case .frameTooLarge(let length, let limit):
             "frame length \(length) exceeds the limit of \(limit) bytes"

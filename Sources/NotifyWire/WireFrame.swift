@@ -1,7 +1,7 @@
 import NIOCore
 
 /// A frame type that can be decoded from the bytes after a length prefix.
-public protocol WireFrameDecodable: Sendable {
+package protocol WireFrameDecodable: Sendable {
     /// Decodes a frame whose type byte is `type` and whose fields are all of `body`.
     ///
     /// - Throws: ``WireDecodingError`` if `type` is not accepted or the fields do not match it.
@@ -9,14 +9,14 @@ public protocol WireFrameDecodable: Sendable {
 }
 
 /// A frame type that can be written to the wire, length prefix included.
-public protocol WireFrameEncodable: Sendable {
+package protocol WireFrameEncodable: Sendable {
     /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
     func encode(into buffer: inout ByteBuffer)
 }
 
 extension WireFrameEncodable {
     /// The encoded frame in a buffer of its own.
-    public func encoded(allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
+    package func encoded(allocator: ByteBufferAllocator = ByteBufferAllocator()) -> ByteBuffer {
         var buffer = allocator.buffer(capacity: 64)
         encode(into: &buffer)
         return buffer
@@ -28,7 +28,7 @@ extension WireFrameDecodable {
     ///
     /// - Returns: the frame, or `nil` when `buffer` does not yet hold a whole frame (nothing is consumed).
     /// - Throws: ``WireDecodingError`` when the length prefix is out of range or the frame is malformed.
-    public static func decodeFrame(
+    package static func decodeFrame(
         from buffer: inout ByteBuffer, maxFrameLength: UInt32
     ) throws(WireDecodingError) -> Self? {
         guard let length = buffer.getInteger(at: buffer.readerIndex, endianness: .big, as: UInt32.self) else {
@@ -48,7 +48,7 @@ extension ByteBuffer {
     /// The whole length (prefix included) of the encoded frame that starts `offset` bytes after the reader
     /// index, for walking a buffer of frames this process encoded itself (no checks: the frames are well formed).
     @inlinable
-    public func wireFrameLength(atOffset offset: Int) -> Int {
+    package func wireFrameLength(atOffset offset: Int) -> Int {
         ProtocolConstants.lengthPrefixSize + Int(getInteger(at: readerIndex + offset, endianness: .big, as: UInt32.self)!)
     }
 }

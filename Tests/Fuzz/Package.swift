@@ -7,12 +7,20 @@ import PackageDescription
 // Every target is an executable whose `@main` calls `LLVMFuzzerRunDriver` (swiftlang/swift-package-manager#8731):
 // SwiftPM links an executable's own entry point, so libFuzzer's `main` cannot be used.
 //
-// The root package exports only the `Notify` library product; NotifyWire comes with it. NotifyServer is not
-// exported, so `ConfigurationUnderTest` compiles its `AccessConfiguration.swift` through a symbolic link
-// (the same file, never a copy).
+// The root package exports only the `Notify` library product, whose API is its own types: NotifyWire and
+// NotifyServer have `package` access, which no other package can use. So this package compiles them from the root
+// package's sources through symbolic links (the same files, never copies): `FuzzedNotifyWire` is Sources/NotifyWire
+// (Sources/NotifyWire -> ../../../Sources/NotifyWire), and `ConfigurationUnderTest` is NotifyServer's
+// `AccessConfiguration.swift`.
+//
+// A target may not be named NotifyWire here, as the root package's NotifyWire is in the graph too (the `Notify`
+// product depends on it; only FuzzTypedMessage, which fuzzes Notify's public API, uses that product), and SwiftPM's
+// `moduleAliases` does not reach a target that is not a product. So the targets that fuzz the protocol, and
+// `AccessConfiguration.swift`, read `import NotifyWire` as `FuzzedNotifyWire` (`-module-alias`).
+let wireAlias: [SwiftSetting] = [.unsafeFlags(["-module-alias", "NotifyWire=FuzzedNotifyWire"])]
 let fuzzDependencies: [Target.Dependency] = [
     "FuzzSupport",
-    .product(name: "Notify", package: "notifyd"),
+    "FuzzedNotifyWire",
     .product(name: "NIOCore", package: "swift-nio"),
 ]
 
@@ -30,16 +38,27 @@ let package = Package(
             name: "FuzzSupport",
             dependencies: ["CLibFuzzer", .product(name: "NIOCore", package: "swift-nio")]
         ),
+        // The wire protocol, from the root package's sources (a symbolic link to ../../Sources/NotifyWire).
         .target(
-            name: "ConfigurationUnderTest",
-            dependencies: [.product(name: "Notify", package: "notifyd")]
+            name: "FuzzedNotifyWire",
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
+            path: "Sources/NotifyWire",
+            swiftSettings: wireAlias
         ),
-        .executableTarget(name: "FuzzClientFrames", dependencies: fuzzDependencies),
-        .executableTarget(name: "FuzzServerFrames", dependencies: fuzzDependencies),
-        .executableTarget(name: "FuzzAccumulatorChunking", dependencies: fuzzDependencies),
-        .executableTarget(name: "FuzzNamesAndPatterns", dependencies: fuzzDependencies),
-        .executableTarget(name: "FuzzConfiguration", dependencies: fuzzDependencies + ["ConfigurationUnderTest"]),
-        .executableTarget(name: "FuzzTypedMessage", dependencies: fuzzDependencies),
+        .target(name: "ConfigurationUnderTest", dependencies: ["FuzzedNotifyWire"], swiftSettings: wireAlias),
+        .executableTarget(name: "FuzzClientFrames", dependencies: fuzzDependencies, swiftSettings: wireAlias),
+        .executableTarget(name: "FuzzServerFrames", dependencies: fuzzDependencies, swiftSettings: wireAlias),
+        .executableTarget(name: "FuzzAccumulatorChunking", dependencies: fuzzDependencies, swiftSettings: wireAlias),
+        .executableTarget(name: "FuzzNamesAndPatterns", dependencies: fuzzDependencies, swiftSettings: wireAlias),
+        .executableTarget(
+            name: "FuzzConfiguration",
+            dependencies: fuzzDependencies + ["ConfigurationUnderTest"],
+            swiftSettings: wireAlias
+        ),
+        .executableTarget(
+            name: "FuzzTypedMessage",
+            dependencies: ["FuzzSupport", .product(name: "Notify", package: "notifyd")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

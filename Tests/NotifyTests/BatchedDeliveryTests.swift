@@ -171,7 +171,7 @@ struct BatchedDeliveryTests {
             id: 2, name: "batched.unit", key: SubscriptionKey(pattern: "batched.unit", policy: .coalesce), stagingSlot: 1,
             executor: ImmediateExecutor(), handler: { inlineHandled.append($0.sequence) })
         let staging = DeliveryStaging()
-        let sender = SenderCredentials(pid: 1, uid: 0, gid: 0)
+        let sender = Notify.SenderCredentials(pid: 1, uid: 0, gid: 0)
         for round in 0..<2 {
             for sequence in 1...5 {
                 let notification = ReceivedNotification(

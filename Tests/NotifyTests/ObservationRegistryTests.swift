@@ -9,10 +9,10 @@ import Testing
 /// the staging slots it hands out, without a daemon.
 @Suite("Observation registry")
 struct ObservationRegistryTests {
-    private static let sender = SenderCredentials(pid: 1, uid: 0, gid: 0)
+    private static let sender = Notify.SenderCredentials(pid: 1, uid: 0, gid: 0)
 
     private static func add(
-        _ registry: inout ObservationRegistry, _ pattern: String, policy: DeliveryPolicy = .coalesce,
+        _ registry: inout ObservationRegistry, _ pattern: String, policy: Notify.DeliveryPolicy = .coalesce,
         executor: any DeliveryExecutor = ImmediateExecutor()
     ) throws -> ObservationRegistry.Added {
         let key = SubscriptionKey(pattern: pattern, policy: policy)

@@ -30,7 +30,7 @@ enum FuzzConfiguration {
 
     /// A file with CRLF line ends must parse like the same file with LF line ends (FUZZ_CONFIG_CRLF=0 turns the
     /// check off).
-    nonisolated(unsafe) static let checkCRLF = getenv("FUZZ_CONFIG_CRLF").map { String(cString: $0) != "0" } ?? true
+    static let checkCRLF = getenv("FUZZ_CONFIG_CRLF").map { String(cString: $0) != "0" } ?? true
 
     /// The fields that matter, prefixes as bytes (String equality is Unicode-canonical, not byte equality).
     struct Summary: Equatable {
