@@ -23,7 +23,7 @@ extension ByteBuffer {
         let decoded = withUnsafeReadableBytes { raw in
             let bytes = UnsafeRawBufferPointer(rebasing: raw.prefix(Int(length)))
             // Names are nearly always ASCII, which is valid UTF-8 as it stands: skip the general validator
-            // (it goes through unspecialized generic code, a tenth of the daemon's time per post).
+            // (it goes through unspecialized generic code; Benchmarks/BENCHMARKS.md has the profile).
             return bytes.isASCII
                 ? bytes.withMemoryRebound(to: UInt8.self) { String(decoding: $0, as: UTF8.self) }
                 : String(validating: bytes, as: UTF8.self)

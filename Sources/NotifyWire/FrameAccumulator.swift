@@ -5,7 +5,7 @@ import NIOCore
 /// Both the daemon and the client library feed every read into an accumulator and drain whole frames from
 /// it, so framing happens in one place and needs no extra channel handler. The methods are inlinable so that
 /// each user gets a copy specialized for its frame type: an unspecialized generic copy looks up type metadata
-/// on every frame, which showed up as a tenth of the daemon's time per post.
+/// on every frame.
 package struct FrameAccumulator<Frame: WireFrameDecodable> {
     @usableFromInline var buffer: ByteBuffer?
     /// Frames longer than this (after the length prefix) are rejected with ``WireDecodingError/frameTooLarge(length:limit:)``.
