@@ -31,6 +31,12 @@ public enum MessageCoding {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
+            guard MessageDate.isWritable(date) else {
+                throw EncodingError.invalidValue(
+                    date,
+                    EncodingError.Context(
+                        codingPath: encoder.codingPath, debugDescription: MessageDate.outOfRange(date.description)))
+            }
             var container = encoder.singleValueContainer()
             try container.encode(MessageDate.string(from: date))
         }
@@ -48,6 +54,9 @@ public enum MessageCoding {
                 throw DecodingError.dataCorruptedError(
                     in: container, debugDescription: "Expected date string to be ISO8601-formatted.")
             }
+            guard MessageDate.isWritable(date) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: MessageDate.outOfRange(text))
+            }
             return date
         }
         decoder.dataDecodingStrategy = .base64
@@ -62,6 +71,21 @@ public enum MessageCoding {
 /// digits (at most 9) that decode to the same `Date` (`2027-01-15T08:00:00.25Z`), which `.iso8601` drops.
 enum MessageDate {
     private static let wholeSeconds = Date.ISO8601FormatStyle()
+
+    /// From 0001-01-01T00:00:00Z up to 10000-01-01T00:00:00Z, as the formatter reads them (its calendar is
+    /// Julian before 1582): RFC 3339 years have four digits, and a later date would be written with five.
+    private static let writable: Range<Date> = {
+        let first = try! wholeSeconds.parse("0001-01-01T00:00:00Z")
+        let last = try! wholeSeconds.parse("9999-12-31T23:59:59Z")
+        return first..<last.addingTimeInterval(1)
+    }()
+
+    /// Whether `date` has a four-digit year, so it can be written in the § 12 form.
+    static func isWritable(_ date: Date) -> Bool { writable.contains(date) }
+
+    static func outOfRange(_ date: String) -> String {
+        "the date \(date) is outside the years 0001 to 9999 that typed payloads can carry (PROTOCOL.md § 12)"
+    }
 
     static func string(from date: Date) -> String {
         // Reference-date seconds are what `Date` stores: converting to 1970-based seconds could round.

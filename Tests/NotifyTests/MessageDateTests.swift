@@ -69,4 +69,19 @@ struct MessageDateTests {
         #expect(throws: DecodingError.self) { try decode("2027-01-15 08:00:00") }
         #expect(throws: DecodingError.self) { try decode("2027-01-15T08:00:00.Z") }
     }
+
+    @Test("dates outside the years 0001 to 9999 are refused both ways, with the date in the error")
+    func fourDigitYearsOnly() throws {
+        #expect(try json(Date(timeIntervalSince1970: 253_402_300_799)) == #"{"at":"9999-12-31T23:59:59Z"}"#)
+        #expect(try decode("9999-12-31T23:59:59Z") == Date(timeIntervalSince1970: 253_402_300_799))
+        let first = try decode("0001-01-01T00:00:00Z")
+        #expect(try json(first) == #"{"at":"0001-01-01T00:00:00Z"}"#)
+        for date in [Date(timeIntervalSince1970: 253_402_300_800), first.addingTimeInterval(-1)] {
+            let error = #expect(throws: EncodingError.self) { try json(date) }
+            #expect("\(error.map { $0 } as Any)".contains("outside the years 0001 to 9999"))
+        }
+        // A Double cannot tell this instant from the next second: it would be written back as year 10000.
+        let error = #expect(throws: DecodingError.self) { try decode("9999-12-31T23:59:59.999999999Z") }
+        #expect("\(error.map { $0 } as Any)".contains("9999-12-31T23:59:59.999999999Z is outside the years"))
+    }
 }
