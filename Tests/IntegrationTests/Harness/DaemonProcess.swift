@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import NotifyTestSupport
 import Testing
 
 /// A real `notifyd` process serving a socket path.
@@ -29,13 +30,13 @@ final class DaemonProcess: Sendable, CustomStringConvertible {
         do {
             _ = try await poll("notifyd to accept connections on \(socketPath)", timeout: timeout) { () throws -> Bool? in
                 if let termination = child.termination {
-                    throw HarnessError("notifyd \(termination) before accepting connections")
+                    throw TestFailure("notifyd \(termination) before accepting connections")
                 }
                 return UnixSocket.acceptsConnections(at: socketPath) ? true : nil
             }
         } catch {
             child.send(SIGKILL)
-            throw HarnessError("\(error)\n\(child.diagnostics)")
+            throw TestFailure("\(error)\n\(child.diagnostics)")
         }
         return daemon
     }

@@ -6,9 +6,17 @@ final class Inbox {
     var frames = CircularBuffer<ReceivedFrame>()
     var end: ConnectionEnd?
     var waiter: (promise: EventLoopPromise<ClientEvent>, timeout: Scheduled<Void>)?
+    /// Takes every frame instead of `frames` (``TestClient/consumeFrames(timeout:_:)``).
+    var consumer: (handler: (ServerFrame) -> Bool, promise: EventLoopPromise<ConnectionEnd?>, timeout: Scheduled<Void>)?
 
     func deliver(_ received: ReceivedFrame) {
-        if let waiter {
+        if let consumer {
+            if !consumer.handler(received.frame) {
+                self.consumer = nil
+                consumer.timeout.cancel()
+                consumer.promise.succeed(nil)
+            }
+        } else if let waiter {
             self.waiter = nil
             waiter.timeout.cancel()
             waiter.promise.succeed(.frame(received))
@@ -20,6 +28,11 @@ final class Inbox {
     func finish(_ end: ConnectionEnd) {
         guard self.end == nil else { return }
         self.end = end
+        if let consumer {
+            self.consumer = nil
+            consumer.timeout.cancel()
+            consumer.promise.succeed(end)
+        }
         if let waiter {
             self.waiter = nil
             waiter.timeout.cancel()
