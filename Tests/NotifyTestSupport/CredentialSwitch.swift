@@ -11,10 +11,7 @@ package struct PeerIdentity: Sendable, Hashable, CustomStringConvertible {
     package var uid: UInt32
     package var gid: UInt32
 
-    package init(uid: UInt32, gid: UInt32) {
-        self.uid = uid
-        self.gid = gid
-    }
+    package init(uid: UInt32, gid: UInt32) { (self.uid, self.gid) = (uid, gid) }
 
     package static let root = PeerIdentity(uid: 0, gid: 0)
     package static let alice = PeerIdentity(uid: 4201, gid: 4301)

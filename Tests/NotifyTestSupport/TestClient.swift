@@ -247,20 +247,16 @@ package final class TestClient: Sendable {
         }
     }
 
-    /// Hands every frame, in order, to `handler` on the connection's event loop until it returns false (then
-    /// returns `nil`) or the connection ends (then returns how). For floods too long to await frame by frame;
-    /// fails if `timeout` passes first.
+    /// Hands every frame, in order and undecoded (its type and body), to `handler` on the connection's event loop
+    /// until it returns false (then returns `nil`) or the connection ends (then returns how). For floods too long
+    /// to await, or even decode, frame by frame; fails if `timeout` passes first.
     package func consumeFrames(
-        timeout: TimeAmount, _ handler: @escaping @Sendable (ServerFrame) -> Bool
+        timeout: TimeAmount, _ handler: @escaping @Sendable (_ type: UInt8, _ body: ByteBuffer) -> Bool
     ) async throws -> ConnectionEnd? {
         let eventLoop = channel.eventLoop
         let name = self.name
         return try await eventLoop.flatSubmit { [inbox] () -> EventLoopFuture<ConnectionEnd?> in
             let box = inbox.value
-            while let received = box.frames.popFirst() {
-                if !handler(received.frame) { return eventLoop.makeSucceededFuture(nil) }
-            }
-            if let end = box.end { return eventLoop.makeSucceededFuture(end) }
             precondition(box.waiter == nil && box.consumer == nil, "only one task may wait on a TestClient at a time")
             let promise = eventLoop.makePromise(of: ConnectionEnd?.self)
             let timer = eventLoop.scheduleTask(in: timeout) {
@@ -269,6 +265,14 @@ package final class TestClient: Sendable {
                 promise.fail(TestFailure("client '\(name)': frames still wanted after \(timeout.secondsDescription)"))
             }
             box.consumer = (handler, promise, timer)
+            while let received = box.frames.popFirst() {
+                if !box.consume(received.bytes) { return promise.futureResult }
+            }
+            if let end = box.end {
+                box.consumer = nil
+                timer.cancel()
+                promise.succeed(end)
+            }
             return promise.futureResult
         }.get()
     }

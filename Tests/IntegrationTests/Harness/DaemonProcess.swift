@@ -19,13 +19,13 @@ final class DaemonProcess: Sendable, CustomStringConvertible {
         self.child = child
     }
 
-    /// Starts `notifyd --socket socketPath` and returns once the socket accepts connections.
+    /// Starts `notifyd --socket socketPath <options…>` and returns once the socket accepts connections.
     ///
     /// - Throws: if the daemon exits first or does not accept connections within `timeout` seconds.
-    static func start(socketPath: String, launch: (Tool, [String]) throws -> ChildProcess, timeout: Double = 20)
-        async throws -> DaemonProcess
-    {
-        let child = try launch(.notifyd, ["--socket", socketPath, "--log-level", "info"])
+    static func start(
+        socketPath: String, options: [String] = [], launch: (Tool, [String]) throws -> ChildProcess, timeout: Double = 20
+    ) async throws -> DaemonProcess {
+        let child = try launch(.notifyd, ["--socket", socketPath, "--log-level", "info"] + options)
         let daemon = DaemonProcess(socketPath: socketPath, child: child)
         do {
             _ = try await poll("notifyd to accept connections on \(socketPath)", timeout: timeout) { () throws -> Bool? in

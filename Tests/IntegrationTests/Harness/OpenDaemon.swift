@@ -21,20 +21,10 @@ extension IntegrationScope {
         guard chmod(directory, 0o755) == 0 else {
             throw TestFailure("chmod 0755 \(directory) failed: \(String(cString: strerror(errno)))")
         }
-        let daemon = try launch(.notifyd, ["--socket", socketPath, "--log-level", "info"] + extra, environment: environment)
-        let path = socketPath
-        do {
-            _ = try await poll("notifyd to accept connections on \(path)", timeout: timeout) { () throws -> Bool? in
-                if let termination = daemon.termination {
-                    throw TestFailure("notifyd \(termination) before accepting connections")
-                }
-                return UnixSocket.acceptsConnections(at: path) ? true : nil
-            }
-        } catch {
-            daemon.send(SIGKILL)
-            throw TestFailure("\(error)\n\(daemon.diagnostics)")
-        }
-        return daemon
+        let daemon = try await DaemonProcess.start(
+            socketPath: socketPath, options: extra, launch: { try launch($0, $1, environment: environment) },
+            timeout: timeout)
+        return daemon.child
     }
 
     /// Stops a daemon with SIGTERM and expects a clean exit.
