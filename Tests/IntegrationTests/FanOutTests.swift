@@ -1,4 +1,5 @@
 import Foundation
+import NotifyTestSupport
 import Testing
 
 extension Integration {
@@ -62,7 +63,7 @@ extension Integration {
         /// The notification lines of a test-peer observer (everything after its `ready` line).
         static func peerDeliveries(_ peer: ChildProcess) throws -> [Delivery] {
             let lines = peer.stdoutLines
-            guard lines.first == "ready" else { throw HarnessError("peer did not start with \"ready\"\n\(peer.diagnostics)") }
+            guard lines.first == "ready" else { throw TestFailure("peer did not start with \"ready\"\n\(peer.diagnostics)") }
             return try lines.dropFirst().map(Delivery.init(peerLine:))
         }
 

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NotifyTestSupport
 import Testing
 
 extension Integration {
@@ -85,7 +86,7 @@ final class PipedNotifyctl: Sendable {
     /// the very first line notifyctl writes fails with EPIPE, whatever the timing.
     init(_ arguments: [String], reader: Reader) throws {
         var descriptors: [Int32] = [-1, -1]
-        guard pipe(&descriptors) == 0 else { throw HarnessError("pipe failed: \(String(cString: strerror(errno)))") }
+        guard pipe(&descriptors) == 0 else { throw TestFailure("pipe failed: \(String(cString: strerror(errno)))") }
         // Close-on-exec: no child may hold a read end (the kernel would then see a reader). Glibc's module has no
         // pipe2; the integration tests run one at a time, so hardly any spawn can fall between these two calls.
         for descriptor in descriptors { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
@@ -116,7 +117,7 @@ final class PipedNotifyctl: Sendable {
             try process.run()
         } catch {
             if let descriptor = readEnd.withLock({ $0 }) { close(descriptor) }
-            throw HarnessError("cannot start \(commandLine): \(error)")
+            throw TestFailure("cannot start \(commandLine): \(error)")
         }
         self.process = process
         pid = process.processIdentifier
@@ -170,7 +171,7 @@ final class PipedNotifyctl: Sendable {
 
     /// Reads stdout up to the next newline, waiting in `poll(2)` for at most `timeout` seconds in all.
     func readStdoutLine(timeout: Double) throws -> String {
-        guard let descriptor = readEnd.withLock({ $0 }) else { throw HarnessError("stdout's reader is closed") }
+        guard let descriptor = readEnd.withLock({ $0 }) else { throw TestFailure("stdout's reader is closed") }
         let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
         while true {
             let line: String? = stdoutBuffer.withLock { buffer in
@@ -180,17 +181,17 @@ final class PipedNotifyctl: Sendable {
             }
             if let line { return line }
             guard ContinuousClock.now < deadline else {
-                throw HarnessError("timed out after \(timeout) s waiting for a line on stdout\n\(diagnostics)")
+                throw TestFailure("timed out after \(timeout) s waiting for a line on stdout\n\(diagnostics)")
             }
             var pollDescriptor = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
             let ready = poll(&pollDescriptor, 1, 100)  // wakes on data; the timeout only re-checks the deadline
             if ready < 0 && errno != EINTR {
-                throw HarnessError("poll failed: \(String(cString: strerror(errno)))")
+                throw TestFailure("poll failed: \(String(cString: strerror(errno)))")
             }
             guard ready > 0 else { continue }
             var chunk = [UInt8](repeating: 0, count: 4096)
             let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count == 0 { throw HarnessError("stdout ended before a full line\n\(diagnostics)") }
+            if count == 0 { throw TestFailure("stdout ended before a full line\n\(diagnostics)") }
             if count > 0 { stdoutBuffer.withLock { $0.append(contentsOf: chunk[0..<count]) } }
         }
     }
@@ -202,7 +203,7 @@ final class PipedNotifyctl: Sendable {
                 (state.stderr.lines.contains { $0.contains(text) }, state.termination != nil && state.stderr.isClosed)
             }
             if found { return true }
-            if finished { throw HarnessError("\(commandLine) ended before \"\(text)\" on stderr\n\(diagnostics)") }
+            if finished { throw TestFailure("\(commandLine) ended before \"\(text)\" on stderr\n\(diagnostics)") }
             return nil
         }
     }
@@ -214,8 +215,8 @@ final class PipedNotifyctl: Sendable {
             return try await poll("\(commandLine) to exit", timeout: timeout) {
                 state.withLock { $0.stderr.isClosed ? $0.termination : nil }
             }
-        } catch let error as HarnessError {
-            throw HarnessError("\(error.description)\n\(diagnostics)")
+        } catch let error as TestFailure {
+            throw TestFailure("\(error.description)\n\(diagnostics)")
         }
     }
 }

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NotifyTestSupport
 import Testing
 
 extension Integration {
@@ -67,9 +68,8 @@ extension Integration {
             try await withDaemon { scope, _ in
                 // A title change, a screen clear, a forged row for root's sshd, a C1 CSI and a right-to-left override.
                 let hostile = "evil\u{1b}]0;pwned\u{07}\u{1b}[2J\n  4242      0     0        0        0  no         sshd (root)\u{9b}31m\u{202e}x"
-                let connection = try WireConnection(path: scope.socketPath)
-                defer { withExtendedLifetime(connection) {} }
-                try connection.hello(hostile)
+                let connection = try await TestClient.connect(to: scope.socketPath, name: hostile)
+                try await connection.hello()
 
                 let clients = try await scope.run(.notifyctl, ["clients", "--socket", scope.socketPath])
                 #expect(clients.termination == .exited(0), "\(clients.diagnostics)")
@@ -88,11 +88,11 @@ extension Integration {
         @Test("names lists every name when the answer is longer than a frame (another user's 600 long state names)")
         func namesLongerThanAFrame() async throws {
             try await withDaemon { scope, _ in
-                let setter = try WireConnection(path: scope.socketPath)
-                try setter.hello("setter")
+                let setter = try await TestClient.connect(to: scope.socketPath, name: "setter")
+                try await setter.hello()
                 let names = (0..<600).map { "org.example." + String(repeating: "n", count: 230) + String(1_000 + $0) }
-                try setter.send(names.enumerated().map { .setState(requestID: UInt32($0.offset + 1), name: $0.element, value: 1) })
-                for _ in names { guard case .ok = try setter.nextFrame() else { throw HarnessError("SET_STATE refused") } }
+                try await setter.send(names.enumerated().map { .setState(requestID: UInt32($0.offset + 1), name: $0.element, value: 1) })
+                for _ in names { guard case .ok = try await setter.next() else { throw TestFailure("SET_STATE refused") } }
 
                 let listing = try await scope.run(.notifyctl, ["names", "--socket", scope.socketPath])
                 #expect(listing.termination == .exited(0), "\(listing.diagnostics)")

@@ -1,5 +1,6 @@
 import NIOCore
 import NotifyWire
+import NotifyTestSupport
 import Testing
 
 extension Integration {
@@ -40,7 +41,7 @@ extension Integration {
                 try await peer.waitForLine(containing: "ready", on: .stdout)
 
                 for garbage in Self.garbage {
-                    let frames = try Self.exchange(garbage, socketPath: scope.socketPath)
+                    let frames = try await Self.exchange(garbage, socketPath: scope.socketPath)
                     let expectedCount = garbage.sendHello ? 2 : 1
                     try #require(
                         frames.count == expectedCount,
@@ -78,31 +79,16 @@ extension Integration {
         }
 
         /// Connects, sends (HELLO +) the garbage in one write, and reads frames until the daemon closes.
-        static func exchange(_ garbage: Garbage, socketPath: String) throws -> [ServerFrame] {
-            let socket = try UnixSocket(connectingTo: socketPath)
-            try socket.setReceiveTimeout(seconds: 10)
+        static func exchange(_ garbage: Garbage, socketPath: String) async throws -> [ServerFrame] {
+            let client = try await TestClient.connect(to: socketPath, name: "garbage-client")
             var bytes: [UInt8] = []
             if garbage.sendHello {
-                let hello = ClientFrame.hello(.init(clientName: "garbage-client")).encoded()
-                bytes += hello.readableBytesView
+                bytes += ClientFrame.hello(.init(clientName: client.name)).encoded().readableBytesView
             }
             bytes += garbage.bytes
-            try socket.send(bytes)
-
-            var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 1 << 20)
-            var frames: [ServerFrame] = []
-            while true {
-                let chunk: [UInt8]
-                do {
-                    chunk = try socket.receive()
-                } catch {
-                    throw HarnessError("\(garbage): \(error) (frames so far: \(frames))")
-                }
-                if chunk.isEmpty { break }  // EOF: the daemon closed the connection
-                accumulator.append(ByteBuffer(bytes: chunk))
-                while let frame = try accumulator.next() { frames.append(frame) }
-            }
-            try accumulator.finish()
+            try await client.sendRaw(bytes)
+            let (frames, end) = try await client.framesUntilEnd()
+            guard end == .endOfFile else { throw TestFailure("\(garbage): \(end) (frames: \(frames.map(\.summary)))") }
             return frames
         }
     }

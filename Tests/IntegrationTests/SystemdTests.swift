@@ -6,6 +6,7 @@ import Musl
 import Foundation
 import NIOCore
 import NotifyWire
+import NotifyTestSupport
 import Testing
 
 extension Integration {
@@ -78,24 +79,15 @@ extension Integration {
 
                 let ready = try await manager.waitForMessage("READY=1") { $0.notifyAssignments["READY"] == "1" }
                 // Connect as soon as READY arrives: the handshake must work right away.
-                let client = try RawProtocolClient(connectingTo: scope.socketPath)
-                try client.send([.hello(.init(clientName: "ready-check"))])
-                let welcome = try client.next()
-                guard case .welcome = welcome else {
-                    Issue.record("expected WELCOME right after READY=1, got \(String(describing: welcome))")
-                    return
-                }
+                let client = try await TestClient.connect(to: scope.socketPath, name: "ready-check")
+                try await client.hello()
                 let assignments = ready.message.notifyAssignments
                 #expect(ready.earlier.isEmpty, "nothing before READY=1: \(ready.earlier)")
                 #expect(assignments["MAINPID"] == "\(daemon.pid)", "\(ready.message)")
                 #expect(assignments["STATUS"] == "0 connections, 0 subscriptions, 0 notifications/s", "\(ready.message)")
 
                 // The status follows the daemon's state.
-                try client.send([
-                    .subscribe(.init(requestID: 1, subscriptionID: 1, pattern: "status.test")),
-                    .ping(requestID: 2),
-                ])
-                _ = try client.read(until: "PONG") { if case .pong = $0 { true } else { false } }
+                try await client.subscribe("status.test", id: 1)
                 let status = try await manager.waitForMessage("STATUS= with the subscription") {
                     $0.notifyAssignments["STATUS"]?.hasPrefix("1 connection, 1 subscription, ") == true
                 }
@@ -164,33 +156,32 @@ extension Integration {
                 try await peer.waitForLine(containing: "ready", on: .stdout)
 
                 // A raw subscriber that stops reading for now, so that the daemon still holds data for it.
-                let subscriber = try RawProtocolClient(connectingTo: scope.socketPath)
-                try subscriber.send([
-                    .hello(.init(clientName: "raw-subscriber")),
-                    .subscribe(.init(requestID: 1, subscriptionID: 1, pattern: name)),
-                    .ping(requestID: 2),
-                ])
-                _ = try subscriber.read(until: "PONG") { if case .pong = $0 { true } else { false } }
+                let subscriber = try await TestClient.connect(to: scope.socketPath, name: "raw-subscriber")
+                try await subscriber.hello()
+                try await subscriber.subscribe(name, id: 1)
+                try await subscriber.setReading(false)
 
                 // 2,000 posts of 1 KiB: far more than the socket buffers hold. The PONG after them means they are
                 // all queued to every subscriber (PROTOCOL.md § 6.5).
-                let poster = try RawProtocolClient(connectingTo: scope.socketPath)
-                var frames: [ClientFrame] = [.hello(.init(clientName: "raw-poster"))]
+                let poster = try await TestClient.connect(to: scope.socketPath, name: "raw-poster")
+                try await poster.hello()
+                var frames: [ClientFrame] = []
                 for index in 0..<count {
                     var payload = ByteBuffer(string: "\(index):")
                     payload.writeRepeatingByte(UInt8(ascii: "x"), count: 1_024 - payload.readableBytes)
                     frames.append(.post(.init(requestID: UInt32(index + 1), name: name, payload: payload)))
                 }
-                frames.append(.ping(requestID: UInt32(count + 1)))
-                try poster.send(frames)
-                _ = try poster.read(until: "PONG") { if case .pong = $0 { true } else { false } }
+                try await poster.send(frames)
+                try await poster.expectQuiet("the posts are not acknowledged")
 
                 daemon.child.send(SIGTERM)
 
                 // Everything posted before SIGTERM arrives, in order; then GOODBYE; then end of file.
                 var received = 0
                 var goodbye: GoodbyeFrame?
-                while let frame = try subscriber.next() {
+                try await subscriber.setReading(true)
+                while case .frame(let event) = try await subscriber.nextEvent() {
+                    let frame = event.frame
                     switch frame {
                     case .notification(let notification):
                         let text = String(buffer: notification.payload)
@@ -202,7 +193,7 @@ extension Integration {
                         Issue.record("unexpected frame \(frame.messageType) during shutdown")
                     }
                     if goodbye != nil {
-                        #expect(try subscriber.next() == nil, "GOODBYE must be the last frame")
+                        #expect(try await subscriber.expectEnd() == .endOfFile, "GOODBYE must be the last frame")
                         break
                     }
                 }
@@ -226,7 +217,7 @@ extension Integration {
             try await withIntegrationScope { scope in
                 let daemon = try scope.launch(.notifyd, ["--socket", scope.socketPath, "--log", "journal"])
                 _ = try await poll("notifyd to accept connections", timeout: 20) { () throws -> Bool? in
-                    if let termination = daemon.termination { throw HarnessError("notifyd \(termination)\n\(daemon.diagnostics)") }
+                    if let termination = daemon.termination { throw TestFailure("notifyd \(termination)\n\(daemon.diagnostics)") }
                     return UnixSocket.acceptsConnections(at: scope.socketPath) ? true : nil
                 }
                 let post = try await scope.run(.notifyctl, ["post", "journal.test", "--wait", "--socket", scope.socketPath])

@@ -5,12 +5,13 @@ import Musl
 #endif
 import Foundation
 import NotifyWire
+import NotifyTestSupport
 import Testing
 
 extension Integration {
-    /// Issue 4 access control with the real daemon and clients of different uids: `notifyctl` run through
+    /// Access control with the real daemon and clients of different uids: `notifyctl` run through
     /// `setpriv` as uid 65534 (nobody) and 1001, raw connections whose thread takes another uid for `connect(2)`.
-    @Suite("issue 4: clients of different uids")
+    @Suite("Clients of different uids")
     struct UIDTests {
         static let nobody: (uid: UInt32, gid: UInt32) = (65_534, 65_534)
         static let other: (uid: UInt32, gid: UInt32) = (1_001, 1_001)
@@ -18,7 +19,7 @@ extension Integration {
         @Test("user.<uid>. names: the owner and root may post and observe, another uid is refused both, naming the built-in rule")
         func userNames() async throws {
             try await withIntegrationScope { scope in
-                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666"])
+                let daemon = try await scope.startOpenDaemon(["--socket-mode", "666"])
                 let socket = ["--socket", scope.socketPath]
                 let refusedListen = try await scope.runAs(
                     uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["listen", "user.65534.>", "--count", "1"] + socket)
@@ -66,14 +67,14 @@ extension Integration {
                 let setOwn1001 = try await scope.runAs(
                     uid: Self.other.uid, gid: Self.other.gid, .notifyctl, ["state", "set", "user.1001.level", "5"] + socket)
                 #expect(setOwn1001.termination == .exited(0), "\(setOwn1001.diagnostics)")
-                try await scope.stopIssue4Daemon(daemon)
+                try await scope.stopDaemon(daemon)
             }
         }
 
         @Test("clients: root sees every connection, another uid only its own; status and names are open to everyone")
         func clientsVisibility() async throws {
             try await withIntegrationScope { scope in
-                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666"])
+                let daemon = try await scope.startOpenDaemon(["--socket-mode", "666"])
                 let socket = ["--socket", scope.socketPath]
                 let rootListener = try scope.launch(.notifyctl, ["listen", "org.example.root"] + socket)
                 let nobodyListener = try scope.launchAs(
@@ -108,61 +109,58 @@ extension Integration {
                 #expect(names.compactMap { $0["name"] as? String } == ["org.example.nobody", "org.example.root"])
                 nobodyListener.send(SIGTERM)
                 rootListener.send(SIGTERM)
-                try await scope.stopIssue4Daemon(daemon)
+                try await scope.stopDaemon(daemon)
             }
         }
 
         @Test("connections-per-uid (default 256): the next connection of that uid gets ERROR quota-exceeded and is closed; another uid and root are not limited")
         func connectionQuota() async throws {
             try await withIntegrationScope { scope in
-                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666"])
+                let daemon = try await scope.startOpenDaemon(["--socket-mode", "666"])
                 let path = scope.socketPath
-                let outcome = try await onThread("issue4-connection-quota") { () -> [String] in
-                    var problems: [String] = []
-                    var open: [WireConnection] = []
-                    for index in 0..<256 {
-                        let connection = try WireConnection(path: path, uid: Self.other.uid, gid: Self.other.gid, receiveTimeoutSeconds: 20)
-                        do {
-                            try connection.hello("uid-1001-\(index)")
-                        } catch {
-                            problems.append("connection \(index + 1) of uid 1001 was refused: \(error)")
-                            break
-                        }
-                        open.append(connection)
+                let other = PeerIdentity(uid: Self.other.uid, gid: Self.other.gid)
+                var problems: [String] = []
+                var open: [TestClient] = []
+                for index in 0..<256 {
+                    let connection = try await TestClient.connect(to: path, name: "uid-1001-\(index)", as: other)
+                    do {
+                        try await connection.hello()
+                    } catch {
+                        problems.append("connection \(index + 1) of uid 1001 was refused: \(error)")
+                        break
                     }
-                    let refused = try WireConnection(path: path, uid: Self.other.uid, gid: Self.other.gid, receiveTimeoutSeconds: 20)
-                    let frame = try refused.nextFrame()
-                    guard case .error(let error) = frame else {
-                        return problems + ["connection 257 of uid 1001: expected ERROR quota-exceeded, got \(frame)"]
-                    }
+                    open.append(connection)
+                }
+                let refused = try await TestClient.connect(to: path, name: "uid-1001-refused", as: other)
+                let (frames, end) = try await refused.framesUntilEnd()
+                if case .error(let error)? = frames.first {
                     if error.code != .quotaExceeded || !error.closesConnection || error.requestID != 0 {
                         problems.append("connection 257: \(error)")
                     }
                     if error.message != "uid 1001 already has the maximum of 256 connections" {
                         problems.append("connection 257: message '\(error.message)'")
                     }
-                    do {
-                        let after = try refused.nextFrame()
-                        problems.append("connection 257: a frame after the closing ERROR: \(after)")
-                    } catch {
-                        // End of file: closed, as it should be.
-                    }
-                    // Another uid and root are not limited by uid 1001's connections.
-                    let nobody = try WireConnection(path: path, uid: Self.nobody.uid, gid: Self.nobody.gid, receiveTimeoutSeconds: 20)
-                    try nobody.hello("nobody")
-                    var roots: [WireConnection] = []
-                    for index in 0..<300 {
-                        let root = try WireConnection(path: path, receiveTimeoutSeconds: 20)
-                        try root.hello("root-\(index)")
-                        roots.append(root)
-                    }
-                    let status = try roots[0].query(Introspection.Status.self, .status)
-                    if status.connections != 256 + 1 + 300 { problems.append("status reports \(status.connections) connections") }
-                    withExtendedLifetime((open, roots)) {}
-                    return problems
+                } else {
+                    problems.append("connection 257 of uid 1001: expected ERROR quota-exceeded, got \(frames.map(\.summary))")
                 }
+                if frames.count > 1 { problems.append("connection 257: frames after the closing ERROR: \(frames.map(\.summary))") }
+                if end != .endOfFile { problems.append("connection 257 ended with \(end)") }
+                // Another uid and root are not limited by uid 1001's connections.
+                let nobody = try await TestClient.connect(
+                    to: path, name: "nobody", as: PeerIdentity(uid: Self.nobody.uid, gid: Self.nobody.gid))
+                try await nobody.hello()
+                var roots: [TestClient] = []
+                for index in 0..<300 {
+                    let root = try await TestClient.connect(to: path, name: "root-\(index)")
+                    try await root.hello()
+                    roots.append(root)
+                }
+                let status = try await roots[0].query(Introspection.Status.self, .status)
+                if status.connections != 256 + 1 + 300 { problems.append("status reports \(status.connections) connections") }
+                for connection in open + roots + [nobody] { await connection.close() }
+                let outcome = problems
                 #expect(outcome.isEmpty, "\(outcome)")
-                try await scope.stopIssue4Daemon(daemon)
+                try await scope.stopDaemon(daemon)
             }
         }
 
@@ -171,12 +169,12 @@ extension Integration {
             try await withIntegrationScope { scope in
                 let config = scope.directory + "/notifyd.conf"
                 try """
-                    # issue 4 integration test
+                    # access control integration test
                     reserve org.freedesktop.network.> owner=root group=root post=owner observe=all
                     reserve com.example.private owner=65534 group=65534 post=owner observe=owner
                     quota connections-per-uid 3
                     """.write(toFile: config, atomically: true, encoding: .utf8)
-                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666", "--config", config])
+                let daemon = try await scope.startOpenDaemon(["--socket-mode", "666", "--config", config])
                 defer { daemon.send(SIGKILL) }
                 let socket = ["--socket", scope.socketPath]
                 let listen = try scope.launchAs(
@@ -198,34 +196,32 @@ extension Integration {
                 // connections (uid 1002 has no other connection, so the count is exact).
                 let path = scope.socketPath
                 let rule3 = "(rule at \(config):3)"
-                let problems = try await onThread("issue4-config-raw") { () -> [String] in
-                    var problems: [String] = []
-                    let outsider = try WireConnection(path: path, uid: 1_002, gid: 1_002, receiveTimeoutSeconds: 20)
-                    try outsider.hello("outsider")
-                    let reply = try outsider.request {
-                        .subscribe(ClientFrame.Subscribe(requestID: $0, subscriptionID: 1, pattern: "com.example.private.x"))
-                    }
-                    if case .error(let error) = reply, error.code == .permissionDenied, error.message.contains(rule3) {
-                    } else {
-                        problems.append("SUBSCRIBE com.example.private.x as uid 1002: \(reply)")
-                    }
-                    var open = [outsider]
-                    for index in 0..<2 {
-                        let connection = try WireConnection(path: path, uid: 1_002, gid: 1_002, receiveTimeoutSeconds: 20)
-                        try connection.hello("uid-1002-\(index)")
-                        open.append(connection)
-                    }
-                    let refused = try WireConnection(path: path, uid: 1_002, gid: 1_002, receiveTimeoutSeconds: 20)
-                    let frame = try refused.nextFrame()
-                    if case .error(let error) = frame, error.code == .quotaExceeded,
-                        error.message == "uid 1002 already has the maximum of 3 connections"
-                    {
-                    } else {
-                        problems.append("the 4th connection of uid 1002: \(frame)")
-                    }
-                    withExtendedLifetime(open) {}
-                    return problems
+                let uid1002 = PeerIdentity(uid: 1_002, gid: 1_002)
+                var problems: [String] = []
+                let outsider = try await TestClient.connect(to: path, name: "outsider", as: uid1002)
+                try await outsider.hello()
+                let reply = try await outsider.request {
+                    .subscribe(ClientFrame.Subscribe(requestID: $0, subscriptionID: 1, pattern: "com.example.private.x"))
+                }.reply
+                if case .error(let error) = reply, error.code == .permissionDenied, error.message.contains(rule3) {
+                } else {
+                    problems.append("SUBSCRIBE com.example.private.x as uid 1002: \(reply.summary)")
                 }
+                var open = [outsider]
+                for index in 0..<2 {
+                    let connection = try await TestClient.connect(to: path, name: "uid-1002-\(index)", as: uid1002)
+                    try await connection.hello()
+                    open.append(connection)
+                }
+                let refused = try await TestClient.connect(to: path, name: "uid-1002-refused", as: uid1002)
+                let frame = try await refused.next()
+                if case .error(let error) = frame, error.code == .quotaExceeded,
+                    error.message == "uid 1002 already has the maximum of 3 connections"
+                {
+                } else {
+                    problems.append("the 4th connection of uid 1002: \(frame.summary)")
+                }
+                for connection in open + [refused] { await connection.close() }
                 #expect(problems.isEmpty, "\(problems)")
 
                 // SIGHUP re-reads the file: now everyone may post under org.freedesktop.network.
@@ -267,7 +263,7 @@ extension Integration {
             try await withIntegrationScope { scope in
                 // A daemon of one user looks in $XDG_CONFIG_HOME/notifyd/; none exists at start.
                 let configHome = scope.directory + "/config"
-                let daemon = try await scope.startIssue4Daemon(
+                let daemon = try await scope.startOpenDaemon(
                     ["--socket-mode", "666"], environment: ["XDG_CONFIG_HOME": configHome])
                 defer { daemon.send(SIGKILL) }
                 let socket = ["--socket", scope.socketPath]
@@ -297,7 +293,7 @@ extension Integration {
                 let allowed = try await scope.runAs(
                     uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["post", "org.example.reserved.x"] + socket)
                 #expect(allowed.termination == .exited(0), "\(allowed.diagnostics)")
-                try await scope.stopIssue4Daemon(daemon)
+                try await scope.stopDaemon(daemon)
             }
         }
 
@@ -307,7 +303,7 @@ extension Integration {
                 let config = scope.directory + "/notifyd.conf"
                 try "reserve org.example.first.> owner=root group=root post=owner observe=all\n"
                     .write(toFile: config, atomically: true, encoding: .utf8)
-                let daemon = try await scope.startIssue4Daemon(["--socket-mode", "666", "--config", config])
+                let daemon = try await scope.startOpenDaemon(["--socket-mode", "666", "--config", config])
                 defer { daemon.send(SIGKILL) }
                 let socket = ["--socket", scope.socketPath]
                 let postAsNobody = { (name: String) in
@@ -339,7 +335,7 @@ extension Integration {
                     uid: Self.nobody.uid, gid: Self.nobody.gid, .notifyctl, ["reload"] + socket)
                 #expect(byNobody.termination == .exited(1), "\(byNobody.diagnostics)")
                 #expect(byNobody.stderrText.contains("cannot signal notifyd"), "\(byNobody.diagnostics)")
-                try await scope.stopIssue4Daemon(daemon)
+                try await scope.stopDaemon(daemon)
             }
         }
 
@@ -347,10 +343,10 @@ extension Integration {
         func clientRefusesAnotherUsersDaemon() async throws {
             try await withIntegrationScope { scope in
                 // uid 1001 prepared the place uid 1002's programs look for, and runs a daemon there.
-                guard chmod(scope.directory, 0o755) == 0 else { throw HarnessError("chmod failed") }
+                guard chmod(scope.directory, 0o755) == 0 else { throw TestFailure("chmod failed") }
                 let directory = scope.directory + "/notifyd-1002"
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
-                guard chown(directory, 1_001, 1_001) == 0 else { throw HarnessError("chown failed") }
+                guard chown(directory, 1_001, 1_001) == 0 else { throw TestFailure("chown failed") }
                 let socket = directory + "/notifyd.sock"
                 let intruder = try scope.launchAs(
                     uid: 1_001, gid: 1_001, .notifyd, ["--socket", socket, "--socket-mode", "666", "--log", "stderr"])
@@ -382,7 +378,7 @@ extension Integration {
             try await withIntegrationScope { scope in
                 let config = scope.directory + "/notifyd.conf"
                 try "reserve org.example post=owner\n".write(toFile: config, atomically: true, encoding: .utf8)
-                let daemon = try await scope.startIssue4Daemon(["--config", config])
+                let daemon = try await scope.startOpenDaemon(["--config", config])
                 daemon.send(SIGTERM)
                 let end = try await daemon.waitForExit(timeout: 15)
                 #expect(end == .exited(0), "\(daemon.diagnostics)")

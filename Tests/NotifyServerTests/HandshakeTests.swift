@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 

@@ -1,4 +1,5 @@
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
@@ -164,7 +165,7 @@ struct ParkedRouteTests {
 struct ParkedRouteAccessTests {
     @Test("After a reload, a poster's next post to its parked name is refused, and an observer loses it")
     func reloadOutdatesParkedRoutes() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let owner = try await server.connect("root")
             try await owner.subscribe("org.example.parked", id: 1)
             let observer = try await server.connect("bob", as: .bob)
@@ -180,10 +181,10 @@ struct ParkedRouteAccessTests {
                 #expect(String(buffer: try await client.nextNotification().payload) == "root-open")
             }
 
-            await server.server.updateAccess(try issue4Access("reserve org.example post=owner observe=owner"))
+            await server.server.updateAccess(try parseAccess("reserve org.example post=owner observe=owner"))
             try await alice.postUnacknowledged("org.example.parked", ByteBuffer(string: "closed"))
             let refusal = try await alice.next()
-            #expect(refusal.errorFrame?.code == .permissionDenied, "got \(refusal.issue4Text)")
+            #expect(refusal.errorFrame?.code == .permissionDenied, "got \(refusal.summary)")
             try await owner.postUnacknowledged("org.example.parked", ByteBuffer(string: "root-closed"))
             #expect(String(buffer: try await owner.nextNotification().payload) == "root-closed")
             #expect(try await observer.barrier().isEmpty, "bob may no longer observe the name")

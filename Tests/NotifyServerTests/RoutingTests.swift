@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 

@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
@@ -12,7 +13,7 @@ struct SocketFileTests {
         let directory = try TestServer.makeTemporaryDirectory()
         defer { TestServer.removeDirectory(directory) }
         let path = directory + "/notifyd.sock"
-        try leaveStaleSocket(at: path)
+        try UnixSocketAddress.leaveStaleSocket(at: path)
         #expect(fileType(at: path) == S_IFSOCK)
 
         let server = try await TestServer.start(in: directory)

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import NIOConcurrencyHelpers
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
@@ -13,7 +14,7 @@ import Testing
 struct BatchedDeliveryTests {
     @Test("a burst reaches a queue, an operation-queue and an immediate observation complete and in order")
     func burstCompleteAndOrdered() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let poster = try await daemon.center()
         let count = TestScale.count(5_000)
@@ -52,7 +53,7 @@ struct BatchedDeliveryTests {
 
     @Test("when synchronize() returns, notifications read before its answer were handed to their executors")
     func synchronizeOrdersAfterNotifications() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let count = TestScale.count(1_000)
         let queue = DispatchQueue(label: "batched.synchronize")
@@ -74,7 +75,7 @@ struct BatchedDeliveryTests {
 
     @Test("cancelling an observation while its batch runs: no handler starts after cancel() returns")
     func cancelMidBatch() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let count = TestScale.count(1_000)
         let queue = DispatchQueue(label: "batched.cancel")
@@ -117,7 +118,7 @@ struct BatchedDeliveryTests {
 
     @Test("notifications read just before the daemon goes away are delivered, ahead of the disconnect event")
     func deliveredBeforeDisconnect() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center(reconnect: .never)
         let poster = try await daemon.center(reconnect: .never)
         let count = TestScale.count(2_000)
@@ -147,7 +148,7 @@ struct BatchedDeliveryTests {
 
     @Test("self. posts still reach queue observations in order")
     func processLocalBurst() async throws {
-        let center = NotifyCenter(configuration: .init(socketPath: TestDaemon.makeSocketPath(), reconnect: .never))
+        let center = NotifyCenter(configuration: .init(socketPath: TestServer.makeSocketPath(), reconnect: .never))
         let count = TestScale.count(2_000)
         let received = Collector<String>()
         let observation = try center.observe("self.batched", on: .queue(DispatchQueue(label: "batched.local"))) {

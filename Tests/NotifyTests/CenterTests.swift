@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import NIOConcurrencyHelpers
 import NotifyServer
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
@@ -11,7 +12,7 @@ import Testing
 struct CenterTests {
     @Test("a handler on a queue target runs on that queue, in daemon order")
     func queueTargetOrder() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let queue = DispatchQueue(label: "observer")
         let received = Collector<UInt64>()
@@ -31,7 +32,7 @@ struct CenterTests {
 
     @Test("a concurrent queue target still runs one observation's handlers one at a time, in order")
     func concurrentQueueTarget() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let queue = DispatchQueue(label: "concurrent", attributes: .concurrent)
         let received = Collector<String>()
@@ -55,7 +56,7 @@ struct CenterTests {
 
     @Test("an immediate handler runs on the I/O thread, not the caller's")
     func immediateTarget() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let threads = Collector<String>()
         let observation = try center.observe("test.immediate", on: .immediate) { _ in
@@ -72,7 +73,7 @@ struct CenterTests {
 
     @Test("a notification carries name, payload, sequence and the poster's kernel credentials")
     func notificationFields() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let received = Collector<ReceivedNotification>()
@@ -94,7 +95,7 @@ struct CenterTests {
 
     @Test("observations of one name share one daemon subscription, removed with the last one")
     func sharedSubscription() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let first = Collector<UInt64>()
         let second = Collector<UInt64>()
@@ -121,7 +122,7 @@ struct CenterTests {
 
     @Test("dropping the token cancels the observation")
     func tokenDropCancels() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let received = Collector<UInt64>()
         do {
@@ -137,7 +138,7 @@ struct CenterTests {
 
     @Test("cancel() inside the handler stops further deliveries and is idempotent")
     func cancelInsideHandler() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let received = Collector<UInt64>()
         let box = NIOLockedValueBox<Observation?>(nil)
@@ -163,7 +164,7 @@ struct CenterTests {
 
     @Test("no handler invocation starts after cancel() returns", arguments: 0..<20)
     func noHandlerAfterCancel(round: Int) async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let cancelReturned = NIOLockedValueBox(false)
         let violations = NIOLockedValueBox(0)
@@ -189,7 +190,7 @@ struct CenterTests {
 
     @Test("notifications(named:) yields in order and counts what a slow consumer misses")
     func asyncSequence() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let sequence = try center.notifications(named: "test.sequence", bufferLimit: 4)
         try await center.synchronize()
@@ -208,7 +209,7 @@ struct CenterTests {
 
     @Test("invalid names and oversized payloads are rejected before anything is sent")
     func localValidation() async throws {
-        let daemon = try await TestDaemon.start { $0.limits.maxPayloadLength = 16 }
+        let daemon = try await TestServer.start { $0.limits.maxPayloadLength = 16 }
         let center = try await daemon.center()
         #expect(throws: NotifyError.self) { try center.post("bad name") }
         #expect(throws: NotifyError.self) { _ = try center.observe("a..b", on: .immediate) { _ in } }
@@ -224,7 +225,7 @@ struct CenterTests {
 
     @Test("connect fails fast with a clear error when no daemon listens")
     func cannotConnect() async throws {
-        let path = TestDaemon.makeSocketPath()
+        let path = TestServer.makeSocketPath()
         do {
             _ = try await NotifyCenter.connect(configuration: .init(socketPath: path))
             Issue.record("connect succeeded without a daemon")
@@ -240,7 +241,7 @@ struct CenterTests {
 
     @Test("self. names are delivered in-process without a daemon")
     func processLocalNames() async throws {
-        let center = NotifyCenter(configuration: .init(socketPath: TestDaemon.makeSocketPath(), reconnect: .never))
+        let center = NotifyCenter(configuration: .init(socketPath: TestServer.makeSocketPath(), reconnect: .never))
         let queue = DispatchQueue(label: "local")
         let received = Collector<ReceivedNotification>()
         let observation = try center.observe("self.local.changed", on: .queue(queue)) { notification in
@@ -259,7 +260,7 @@ struct CenterTests {
 
     @Test("after the daemon restarts, observations resume and the event says it restarted")
     func reconnectAfterRestart() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let path = daemon.socketPath
         let center = try await daemon.center(reconnect: .init(initialDelay: 0.02, maximumDelay: 0.2))
         let events = center.connectionEvents()
@@ -273,7 +274,7 @@ struct CenterTests {
             Issue.record("expected a disconnect event, got \(String(describing: disconnected))")
             return
         }
-        let second = try await TestDaemon.start(socketPath: path)
+        let second = try await TestServer.start(socketPath: path)
         try await center.waitUntilConnected(timeout: 10)
         let connected = try await nextEvent(events)
         #expect(connected == .connected(daemonRestarted: true, instanceID: Notify.InstanceID(second.server.instanceID)))
@@ -288,7 +289,7 @@ struct CenterTests {
 
     @Test("a refused subscription fails the next synchronize() and is reported as an event; posting while disconnected fails fast")
     func notConnectedAndRejections() async throws {
-        let daemon = try await TestDaemon.start { $0.limits.maxSubscriptions = 1 }
+        let daemon = try await TestServer.start { $0.limits.maxSubscriptions = 1 }
         let center = try await daemon.center(reconnect: .never)
         let events = center.connectionEvents()
         let a = try center.observe("test.one", on: .immediate) { _ in }
@@ -318,7 +319,7 @@ struct CenterTests {
         await center.close()
     }
 
-    private func subscriptions(_ daemon: TestDaemon) async throws -> Int {
+    private func subscriptions(_ daemon: TestServer) async throws -> Int {
         let snapshot = try #require(await daemon.server.snapshot())
         return snapshot.clients.reduce(0) { $0 + $1.subscriptions }
     }
@@ -336,7 +337,7 @@ func nextEvent(_ events: AsyncStream<ConnectionEvent>, timeout: Double = 10) asy
 func waitUntil(_ what: String, timeout: Double = 10, _ condition: @escaping @Sendable () async -> Bool) async throws {
     let deadline = Date(timeIntervalSinceNow: TestScale.timeout(timeout))
     while !(await condition()) {
-        if Date() > deadline { throw TimeoutError(description: "timed out waiting until \(what)") }
+        if Date() > deadline { throw TestFailure("timed out waiting until \(what)") }
         try await Task.sleep(nanoseconds: 5_000_000)
     }
 }

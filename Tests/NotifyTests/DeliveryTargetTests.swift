@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import NIOConcurrencyHelpers
+import NotifyTestSupport
 import Testing
 
 @testable import Notify
@@ -24,7 +25,7 @@ actor Recorder {
 struct DeliveryTargetTests {
     @Test("operationQueue: OperationQueue.current is the queue, order kept even on a concurrent queue")
     func operationQueueTarget() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 4
@@ -45,7 +46,7 @@ struct DeliveryTargetTests {
 
     @Test("thread: a NotificationThread runs the handler on its own thread, promptly and in order")
     func notificationThreadTarget() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let thread = NotificationThread(name: "test-notification-thread")
         let received = Collector<String>()
@@ -73,7 +74,7 @@ struct DeliveryTargetTests {
 
     @Test("actor: the handler runs isolated to the given actor")
     func actorTarget() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let recorder = Recorder()
         let received = Collector<String>()
@@ -91,7 +92,7 @@ struct DeliveryTargetTests {
 
     @Test("current inside an actor: the handler runs isolated to that actor")
     func currentInsideActor() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let recorder = Recorder()
         let received = Collector<String>()
@@ -107,7 +108,7 @@ struct DeliveryTargetTests {
     @Test("mainActor, and current on the main actor: the handler runs isolated to the main actor")
     @MainActor
     func mainActorTargets() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let explicit = Collector<String>()
         let implicit = Collector<String>()
@@ -131,7 +132,7 @@ struct DeliveryTargetTests {
 
     @Test("current inside an operation queue: operations on that queue")
     func currentInsideOperationQueue() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let queue = OperationQueue()
         let received = Collector<Bool>()
@@ -153,7 +154,7 @@ struct DeliveryTargetTests {
 
     @Test("current anywhere else: a private serial queue, never the I/O thread, in order")
     func currentElsewhere() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let received = Collector<String>()
         let onIOThread = NIOLockedValueBox(0)
@@ -174,7 +175,7 @@ struct DeliveryTargetTests {
 
     @Test("100,000 notifications (10,000 under ThreadSanitizer) to 8 observations with different targets: each in daemon order, none lost")
     func eightTargetsInOrder() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observerCenter = try await daemon.center()
         let poster = try await daemon.center()
         let operationQueue = OperationQueue()
@@ -217,7 +218,7 @@ struct DeliveryTargetTests {
 
     @Test("a handler that blocks does not delay another observation's handler")
     func blockedHandlerIsolation() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let release = DispatchSemaphore(value: 0)
         let slowStarted = Collector<Int>()

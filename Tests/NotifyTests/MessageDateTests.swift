@@ -1,4 +1,5 @@
 import Foundation
+import NotifyTestSupport
 import Testing
 
 @testable import Notify
@@ -20,7 +21,7 @@ struct MessageDateTests {
 
     @Test("a date with a fraction of a second keeps it, from poster to observer")
     func fractionSurvivesDelivery() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let received = Collector<Date>()
         let observation = try center.observe(Stamp.self, on: .immediate) { received.append($0.at) }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import NIOConcurrencyHelpers
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
@@ -14,7 +15,7 @@ import Testing
 struct NotificationRunTests {
     @Test("an observation added while notifications on its name keep arriving receives the next one")
     func observationAddedMidRun() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let first = Collector<String>()
@@ -37,7 +38,7 @@ struct NotificationRunTests {
 
     @Test("an observation cancelled between notifications of a run receives nothing more; the others go on")
     func observationCancelledMidRun() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let kept = Collector<String>()
@@ -60,7 +61,7 @@ struct NotificationRunTests {
 
     @Test("interleaved names of equal length each reach their own observers, under their own name, in order")
     func interleavedNames() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let count = TestScale.count(2_000)
@@ -93,7 +94,7 @@ struct NotificationRunTests {
 
     @Test("the payload arrives byte for byte from an array, Data, a non-contiguous collection, text and nothing")
     func payloadSources() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let received = Collector<[UInt8]>()
@@ -120,7 +121,7 @@ struct NotificationRunTests {
 
     @Test("four threads posting at once through one center: every post arrives, each thread's in its order")
     func concurrentPostersKeepTheirOrder() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let perThread = TestScale.count(10_000)
@@ -161,7 +162,7 @@ struct NotificationRunTests {
 
     @Test("notifications kept after their burst still hold their own payloads, small and larger than a block")
     func keptNotificationsKeepTheirPayloads() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let count = TestScale.count(3_000)

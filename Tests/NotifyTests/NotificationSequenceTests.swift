@@ -1,4 +1,5 @@
 import Foundation
+import NotifyTestSupport
 import Testing
 
 @testable import Notify
@@ -7,7 +8,7 @@ import Testing
 struct NotificationSequenceTests {
     @Test("subscribed when notifications(named:) returns: what is posted before iterating starts is buffered")
     func subscribedOnReturn() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let sequence = try center.notifications(named: "sequence.early")
         try await center.synchronize()
@@ -24,7 +25,7 @@ struct NotificationSequenceTests {
 
     @Test("cancel(): iteration ends after the notifications already buffered")
     func cancelEndsIteration() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let sequence = try center.notifications(named: "sequence.cancel")
         try await center.synchronize()
@@ -43,7 +44,7 @@ struct NotificationSequenceTests {
 
     @Test("closing the center ends iteration")
     func closeEndsIteration() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let sequence = try center.notifications(named: "sequence.close")
         try await center.synchronize()

@@ -3,6 +3,7 @@ import CoreFoundation
 #endif
 import Foundation
 import NIOConcurrencyHelpers
+import NotifyTestSupport
 import Testing
 
 @testable import Notify
@@ -11,7 +12,7 @@ import Testing
 struct NotificationThreadLifetimeTests {
     @Test("60 observations on .thread(NotificationThread()) created inline each run their handler")
     func inlineThreadsDeliver() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let count = 60
         let received = Collector<Int>()
@@ -37,7 +38,7 @@ struct NotificationThreadLifetimeTests {
 
     @Test("an observation keeps its NotificationThread alive; once the observation is gone, so is the thread")
     func observationOwnsThread() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let received = Collector<Bool>()
         var thread: NotificationThread? = NotificationThread(name: "owned-by-observation")
@@ -150,7 +151,7 @@ struct RunLoopTargetTests {
 
     @Test(".runLoop(rl): handlers run on the run loop's thread, in order")
     func runLoopTarget() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let thread = RunLoopThread()
         let received = Collector<String>()

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
@@ -54,7 +55,7 @@ struct OlderDaemonQueryTests {
 
     @Test("daemonNames() gets the answer from a daemon that does not know the parts flag")
     func namesFromAnOlderDaemon() async throws {
-        let path = TestDaemon.makeSocketPath()
+        let path = TestServer.makeSocketPath()
         let directory = String(path[..<path.lastIndex(of: "/")!])
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }

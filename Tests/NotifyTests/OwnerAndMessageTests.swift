@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import NIOConcurrencyHelpers
+import NotifyTestSupport
 import Testing
 
 @testable import Notify
@@ -31,7 +32,7 @@ struct ImpostorMessage: NotifyMessage {
 struct OwnerTests {
     @Test("the handler gets the owner; observing again for the same owner and name replaces the observation")
     func ownerAndReplacement() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let owner = Owner("a")
         let first = Collector<String>()
@@ -51,7 +52,7 @@ struct OwnerTests {
 
     @Test("when the owner is released, no handler runs and the daemon subscription goes away")
     func ownerReleased() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let received = Collector<String>()
         let gone = Collector<String>()
@@ -75,7 +76,7 @@ struct OwnerTests {
 
     @Test("removeObservers(owner:) and removeObservers(owner:name:)")
     func removeObservers() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let owner = Owner("o")
         let other = Owner("p")
@@ -120,7 +121,7 @@ extension NotifyCenter {
 struct TypedMessageTests {
     @Test("a typed message round-trips between centers; its payload is sorted-key JSON with ISO 8601 dates")
     func roundTrip() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let poster = try await daemon.center()
         let typed = Collector<BatteryLevel>()
@@ -140,7 +141,7 @@ struct TypedMessageTests {
 
     @Test("a payload that does not decode is reported to the failure handler and as an event, never dropped silently")
     func malformedPayload() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let events = center.connectionEvents()
         let typed = Collector<BatteryLevel>()
@@ -168,7 +169,7 @@ struct TypedMessageTests {
 
     @Test("two message types cannot claim the same name in one process")
     func nameConflict() async throws {
-        let center = NotifyCenter(configuration: .init(socketPath: TestDaemon.makeSocketPath(), reconnect: .never))
+        let center = NotifyCenter(configuration: .init(socketPath: TestServer.makeSocketPath(), reconnect: .never))
         _ = try center.observe(BatteryLevel.self, on: .immediate) { _ in }
         do {
             _ = try center.observe(ImpostorMessage.self, on: .immediate) { _ in }
@@ -185,7 +186,7 @@ struct TypedMessageTests {
 struct DisconnectedPostingTests {
     @Test("with .wait, posts made while no daemon is reachable are sent, in order, once it is")
     func heldPostsAreSent() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let observer = try await daemon.center()
         let received = Collector<String>()
         let observation = try observer.observe("held.posts", on: .immediate) { received.append($0.payloadString ?? "") }
@@ -209,7 +210,7 @@ struct DisconnectedPostingTests {
     @Test("held posts that outlive their timeout are reported as expired")
     func heldPostsExpire() async throws {
         let poster = NotifyCenter(
-            configuration: .init(socketPath: TestDaemon.makeSocketPath(), whileDisconnected: .wait(timeout: 0.05)))
+            configuration: .init(socketPath: TestServer.makeSocketPath(), whileDisconnected: .wait(timeout: 0.05)))
         let events = poster.connectionEvents()
         try poster.post("held.expire")
         try poster.post("held.expire")
@@ -233,7 +234,7 @@ struct DisconnectedPostingTests {
 
     @Test("with .fail (the default), posting while disconnected throws at once")
     func failFast() async throws {
-        let center = NotifyCenter(configuration: .init(socketPath: TestDaemon.makeSocketPath()))
+        let center = NotifyCenter(configuration: .init(socketPath: TestServer.makeSocketPath()))
         #expect(throws: NotifyError.self) { try center.post("x.y") }
         await #expect(throws: NotifyError.self) { try await center.synchronize() }
         await center.close()

@@ -1,4 +1,5 @@
 import Foundation
+import NotifyTestSupport
 import Testing
 
 @testable import Notify
@@ -7,7 +8,7 @@ import Testing
 struct PostingAPITests {
     @Test("postAndWait takes every payload post takes: text, an array, Data, any byte collection, nothing")
     func postAndWaitMatchesPost() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let received = Collector<String>()
         let observation = try center.observe("api.symmetric", on: .immediate) { received.append($0.payloadString ?? "?") }
@@ -39,7 +40,7 @@ struct PostingAPITests {
     func postAndWaitTextLocal() async throws {
         let center = NotifyCenter(
             configuration: NotifyCenter.Configuration(
-                socketPath: TestDaemon.makeSocketPath(), clientName: "test", reconnect: .never))
+                socketPath: TestServer.makeSocketPath(), clientName: "test", reconnect: .never))
         let received = Collector<String>()
         let observation = try center.observe("self.api.text", on: .immediate) { received.append($0.payloadString ?? "?") }
         let receipt = try await center.postAndWait("self.api.text", text: "local")

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import NotifyTestSupport
 import Testing
 
 @testable import Notify
@@ -12,7 +13,7 @@ private let hourLongBackoff = NotifyCenter.ReconnectPolicy(initialDelay: 3600, m
 struct ReconnectWatchTests {
     @Test("a center waiting out a long backoff connects once a daemon restarts on its socket")
     func reconnectsWhenDaemonRestarts() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let path = daemon.socketPath
         let center = try await daemon.center(reconnect: hourLongBackoff)
         let events = center.connectionEvents()
@@ -24,7 +25,7 @@ struct ReconnectWatchTests {
         // The attempt made after GOODBYE's short delay fails (no socket): from then on the backoff is an hour.
         try await waitForFailedAttempt(center)
 
-        let second = try await TestDaemon.start(socketPath: path)
+        let second = try await TestServer.start(socketPath: path)
         let connected = try await firstEvent(events) { if case .connected = $0 { true } else { false } }
         #expect(connected == .connected(daemonRestarted: true, instanceID: InstanceID(second.server.instanceID)))
         try await center.synchronize()
@@ -37,13 +38,13 @@ struct ReconnectWatchTests {
 
     @Test("a center started before its daemon (whose directory does not exist yet) connects once the daemon is up")
     func connectsWhenDaemonFirstAppears() async throws {
-        let path = TestDaemon.makeSocketPath()
+        let path = TestServer.makeSocketPath()
         let center = NotifyCenter(
             configuration: NotifyCenter.Configuration(socketPath: path, clientName: "test", reconnect: hourLongBackoff))
         let events = center.connectionEvents()
         try await waitForFailedAttempt(center)
 
-        let daemon = try await TestDaemon.start(socketPath: path)
+        let daemon = try await TestServer.start(socketPath: path)
         let connected = try await nextEvent(events)
         #expect(connected == .connected(daemonRestarted: false, instanceID: InstanceID(daemon.server.instanceID)))
         try await center.synchronize()
@@ -87,7 +88,7 @@ struct ReconnectWatchTests {
     ) async throws -> ConnectionEvent {
         try await withTimeout(10, "no matching connection event") {
             for await event in events where matches(event) { return event }
-            throw TimeoutError(description: "the connection events ended")
+            throw TestFailure("the connection events ended")
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import NotifyTestSupport
 
 /// The executables the integration tests run, all built by SwiftPM into one products directory.
 enum Tool: String, Sendable, CaseIterable {
@@ -15,20 +16,20 @@ enum BuildProducts {
     static let overrideVariable = "NOTIFYD_BUILD_DIR"
 
     /// Located once per test process.
-    static let directory: Result<URL, HarnessError> = locate()
+    static let directory: Result<URL, TestFailure> = locate()
 
     /// The full path of `tool`, or an error saying where the tests looked.
     static func url(of tool: Tool) throws -> URL {
         try directory.get().appendingPathComponent(tool.rawValue)
     }
 
-    private static func locate() -> Result<URL, HarnessError> {
+    private static func locate() -> Result<URL, TestFailure> {
         let fileManager = FileManager.default
         if let override = ProcessInfo.processInfo.environment[overrideVariable], !override.isEmpty {
             let url = URL(fileURLWithPath: override, isDirectory: true)
             if containsAllTools(url) { return .success(url) }
             return .failure(
-                HarnessError(
+                TestFailure(
                     "\(overrideVariable)=\(override) does not contain the executables "
                         + Tool.allCases.map(\.rawValue).joined(separator: ", ")))
         }
@@ -61,7 +62,7 @@ enum BuildProducts {
         if containsAllTools(fallback) { return .success(fallback) }
 
         return .failure(
-            HarnessError(
+            TestFailure(
                 """
                 cannot find the built executables (\(Tool.allCases.map(\.rawValue).joined(separator: ", "))): \
                 build them with `swift build --build-tests` or set \(overrideVariable) to the products directory. \
@@ -80,10 +81,4 @@ enum BuildProducts {
         }
         return FileManager.default.isExecutableFile(atPath: path)
     }
-}
-
-/// A harness failure with a message that says what was expected and what happened.
-struct HarnessError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
 }

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NotifyTestSupport
 
 /// A child process whose standard output and error are collected line by line as they arrive.
 ///
@@ -101,7 +102,7 @@ final class ChildProcess: Sendable, CustomStringConvertible {
         do {
             try process.run()
         } catch {
-            throw HarnessError("cannot start \(commandLine): \(error)")
+            throw TestFailure("cannot start \(commandLine): \(error)")
         }
         Self.startReader(stdout.fileHandleForReading, .stdout, box)
         Self.startReader(stderr.fileHandleForReading, .stderr, box)
@@ -191,10 +192,10 @@ final class ChildProcess: Sendable, CustomStringConvertible {
             let (result, finished) = box.state.withLock { state in (check(state), state.isFinished) }
             if let result { return result }
             if finished {
-                throw HarnessError("\(commandLine) ended before \(what)\n\(diagnostics)")
+                throw TestFailure("\(commandLine) ended before \(what)\n\(diagnostics)")
             }
             if ContinuousClock.now >= deadline {
-                throw HarnessError("timed out after \(timeout) s waiting for \(what)\n\(diagnostics)")
+                throw TestFailure("timed out after \(timeout) s waiting for \(what)\n\(diagnostics)")
             }
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -228,7 +229,7 @@ final class ChildProcess: Sendable, CustomStringConvertible {
                 return termination
             }
             if ContinuousClock.now >= deadline {
-                throw HarnessError("timed out after \(timeout) s waiting for \(commandLine) to exit\n\(diagnostics)")
+                throw TestFailure("timed out after \(timeout) s waiting for \(commandLine) to exit\n\(diagnostics)")
             }
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -237,13 +238,13 @@ final class ChildProcess: Sendable, CustomStringConvertible {
 
 /// Polls `check` until it returns a value, or fails after `timeout` seconds; `check` may throw to fail early.
 func poll<T: Sendable>(
-    _ what: String, timeout: Double, interval: Duration = .milliseconds(10), _ check: () throws -> T?
+    _ what: String, timeout: Double, interval: Duration = .milliseconds(10), _ check: () async throws -> T?
 ) async throws -> T {
     let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
     while true {
-        if let result = try check() { return result }
+        if let result = try await check() { return result }
         if ContinuousClock.now >= deadline {
-            throw HarnessError("timed out after \(timeout) s waiting for \(what)")
+            throw TestFailure("timed out after \(timeout) s waiting for \(what)")
         }
         try await Task.sleep(for: interval)
     }

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import NotifyTestSupport
 import Testing
 
 /// A real `notifyd` process serving a socket path.
@@ -18,24 +19,24 @@ final class DaemonProcess: Sendable, CustomStringConvertible {
         self.child = child
     }
 
-    /// Starts `notifyd --socket socketPath` and returns once the socket accepts connections.
+    /// Starts `notifyd --socket socketPath <options…>` and returns once the socket accepts connections.
     ///
     /// - Throws: if the daemon exits first or does not accept connections within `timeout` seconds.
-    static func start(socketPath: String, launch: (Tool, [String]) throws -> ChildProcess, timeout: Double = 20)
-        async throws -> DaemonProcess
-    {
-        let child = try launch(.notifyd, ["--socket", socketPath, "--log-level", "info"])
+    static func start(
+        socketPath: String, options: [String] = [], launch: (Tool, [String]) throws -> ChildProcess, timeout: Double = 20
+    ) async throws -> DaemonProcess {
+        let child = try launch(.notifyd, ["--socket", socketPath, "--log-level", "info"] + options)
         let daemon = DaemonProcess(socketPath: socketPath, child: child)
         do {
             _ = try await poll("notifyd to accept connections on \(socketPath)", timeout: timeout) { () throws -> Bool? in
                 if let termination = child.termination {
-                    throw HarnessError("notifyd \(termination) before accepting connections")
+                    throw TestFailure("notifyd \(termination) before accepting connections")
                 }
                 return UnixSocket.acceptsConnections(at: socketPath) ? true : nil
             }
         } catch {
             child.send(SIGKILL)
-            throw HarnessError("\(error)\n\(child.diagnostics)")
+            throw TestFailure("\(error)\n\(child.diagnostics)")
         }
         return daemon
     }

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NotifyTestSupport
 import Testing
 
 /// One test's world: a short temporary directory (for the socket) and every process the test started.
@@ -21,7 +22,7 @@ final class IntegrationScope: Sendable {
     init() throws {
         var template = Array("/tmp/nit-XXXXXX".utf8CString)
         guard let created = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw HarnessError("mkdtemp failed: \(String(cString: strerror(errno)))")
+            throw TestFailure("mkdtemp failed: \(String(cString: strerror(errno)))")
         }
         directory = String(cString: created)
     }
@@ -112,12 +113,12 @@ extension IntegrationScope {
             attempts += 1
             let post = try await run(.notifyctl, ["post", name, payload, "--wait", "--socket", socketPath ?? self.socketPath])
             guard post.termination == .exited(0) else {
-                throw HarnessError("notifyctl post failed\n\(post.diagnostics)")
+                throw TestFailure("notifyctl post failed\n\(post.diagnostics)")
             }
             let delivered = try deliveredCount(fromPostOutput: post.stdoutLines)
             if delivered >= subscribers { return attempts }
             if ContinuousClock.now >= deadline {
-                throw HarnessError(
+                throw TestFailure(
                     "timed out after \(timeout) s: posts to \(name) reached \(delivered) of \(subscribers) subscribers "
                         + "(\(attempts) attempts)")
             }

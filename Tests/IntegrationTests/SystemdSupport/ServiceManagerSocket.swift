@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NotifyTestSupport
 
 /// A Unix datagram socket that plays the service manager's `NOTIFY_SOCKET`: it collects what the daemon sends
 /// with `sd_notify` (`READY=1`, `STATUS=…`, `WATCHDOG=1`, `STOPPING=1`).
@@ -18,7 +19,7 @@ final class ServiceManagerSocket: @unchecked Sendable {
     init(path: String) throws {
         self.path = path
         descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        guard descriptor >= 0 else { throw HarnessError("socket(AF_UNIX, SOCK_DGRAM) failed: \(Self.lastError())") }
+        guard descriptor >= 0 else { throw TestFailure("socket(AF_UNIX, SOCK_DGRAM) failed: \(Self.lastError())") }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
@@ -32,7 +33,7 @@ final class ServiceManagerSocket: @unchecked Sendable {
         guard bound == 0 else {
             let error = Self.lastError()
             close(descriptor)
-            throw HarnessError("cannot bind the notify socket \(path): \(error)")
+            throw TestFailure("cannot bind the notify socket \(path): \(error)")
         }
         _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
     }
@@ -71,7 +72,7 @@ final class ServiceManagerSocket: @unchecked Sendable {
                 earlier.append(message)
             }
             if ContinuousClock.now >= deadline {
-                throw HarnessError(
+                throw TestFailure(
                     "timed out after \(timeout) s waiting for \(what) on NOTIFY_SOCKET; received: \(earlier)")
             }
             try await Task.sleep(for: .milliseconds(10))

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NotifyTestSupport
 
 /// Paths and programs the systemd integration tests need.
 enum SystemdEnvironment {
@@ -22,7 +23,7 @@ enum SystemdEnvironment {
         for directory in directories where access(directory + "/" + name, X_OK) == 0 {
             return URL(fileURLWithPath: directory + "/" + name)
         }
-        throw HarnessError("\(name) is not installed (searched \(directories.joined(separator: ":"))); install systemd")
+        throw TestFailure("\(name) is not installed (searched \(directories.joined(separator: ":"))); install systemd")
     }
 
     /// A minimal environment for a daemon started with an explicit environment: `PATH` plus `extra`.

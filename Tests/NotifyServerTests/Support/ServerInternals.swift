@@ -1,5 +1,6 @@
 import Logging
 import NIOEmbedded
+import NotifyTestSupport
 import NotifyWire
 import NIOConcurrencyHelpers
 import NIOCore
@@ -51,5 +52,15 @@ extension PatternTrie {
     /// Adds `peer` under `pattern` with a default subscription (tests that only compare peers).
     func insert(_ pattern: NotificationPattern, _ peer: Peer) {
         set(pattern, Subscriber(peer: peer, subscriptionID: 0, policy: .coalesce))
+    }
+}
+
+/// Parses an access configuration written in the tests (source name `test.conf`); fails the test when it does
+/// not parse.
+func parseAccess(_ text: String, source: String = "test.conf") throws -> AccessConfiguration {
+    do {
+        return try AccessConfiguration.parse(text, source: source)
+    } catch {
+        throw TestFailure("the test configuration does not parse: \(error)")
     }
 }

@@ -1,24 +1,5 @@
 import Foundation
-
-/// Binds a Unix socket at `path` and closes it without unlinking: the file a crashed daemon leaves behind.
-func leaveStaleSocket(at path: String) throws {
-    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw TestFailure("socket() failed: errno \(errno)") }
-    defer { close(fd) }
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    let bytes = Array(path.utf8)
-    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw TestFailure("path too long: \(path)") }
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-        for (index, byte) in bytes.enumerated() { raw[index] = byte }
-    }
-    let result = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-        }
-    }
-    guard result == 0 else { throw TestFailure("bind(\(path)) failed: errno \(errno)") }
-}
+import NotifyTestSupport
 
 /// The file type bits of `path` (without following a symlink), or `nil` if nothing is there.
 func fileType(at path: String) -> mode_t? {

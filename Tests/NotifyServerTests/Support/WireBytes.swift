@@ -55,17 +55,3 @@ extension WireBytes {
         u32(requestID) + u32(subscriptionID) + [flags, policy] + u32(queueLimit)
     }
 }
-
-extension ClientFrame {
-    /// A `SUBSCRIBE` frame (kept in one place, so that a change of the frame's fields touches only this).
-    ///
-    /// The defaults are what a plain subscription asks for: the `coalesce` policy, no flags.
-    static func testSubscribe(
-        requestID: UInt32, subscriptionID: UInt32, name: String, policy: DeliveryPolicy = .coalesce,
-        flags: SubscribeFlags = []
-    ) -> ClientFrame {
-        .subscribe(
-            ClientFrame.Subscribe(
-                requestID: requestID, subscriptionID: subscriptionID, flags: flags, policy: policy, pattern: name))
-    }
-}

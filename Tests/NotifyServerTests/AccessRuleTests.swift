@@ -3,18 +3,19 @@ import Glibc
 #endif
 import Foundation
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, access control (PROTOCOL.md § 8.2): the built-in `user.<uid>.` rule and the reserved prefixes of the
+/// Access control (PROTOCOL.md § 8.2): the built-in `user.<uid>.` rule and the reserved prefixes of the
 /// configuration file, each checked to allow and to deny, with clients connected as different uids.
-@Suite("Issue 4: access rules", .timeLimit(.minutes(1)))
-struct Issue4AccessRuleTests {
+@Suite("Access rules", .timeLimit(.minutes(1)))
+struct AccessRuleTests {
     /// Line numbers matter: denials name `rule at test.conf:LINE`.
     static let configuration = """
-        # issue 4 access tests
+        # access tests
         reserve org.freedesktop.network.> owner=root group=root post=owner observe=all
         reserve com.example.secret owner=4201 group=4300 post=owner observe=group
         reserve com.example.secret.public. owner=4201 group=4300 post=group observe=all
@@ -22,16 +23,16 @@ struct Issue4AccessRuleTests {
         reserve com.example.open owner=4201 post=all
         """
 
-    static func start(_ body: (Issue4Server) async throws -> Void) async throws {
-        let access = try issue4Access(configuration)
-        try await withIssue4Server({ $0.access = access }, body)
+    static func start(_ body: (TestServer) async throws -> Void) async throws {
+        let access = try parseAccess(configuration)
+        try await withServer(everyUser: true, { $0.access = access }, body)
     }
 
     // MARK: Built-in rule
 
     @Test("user.<uid>. names are private by default: the owner and root may post and observe, another uid is refused both, naming the built-in rule")
     func userNames() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             let root = try await server.connect("root")
@@ -89,7 +90,7 @@ struct Issue4AccessRuleTests {
 
     @Test("user-names observe=all: every user may observe (not post to) another's user.<uid>. names")
     func userNamesPublic() async throws {
-        try await withIssue4Server({ $0.access.userNamesObserve = .all }) { server in
+        try await withServer(everyUser: true, { $0.access.userNamesObserve = .all }) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             try await bob.subscribe("user.4201.>", id: 1)
@@ -190,7 +191,7 @@ struct Issue4AccessRuleTests {
             // Posting: only the owner (and root).
             let byOwner = try await alice.post("com.example.secret.key", "k1")
             #expect(byOwner.delivered == 2, "alice and carol")
-            #expect(try await carol.barrier().compactMap { $0.issue4Notification?.payloadText } == ["k1"])
+            #expect(try await carol.barrier().compactMap { $0.anyNotification?.payloadText } == ["k1"])
             for client in [carol, bob] {
                 let denied = try await client.postRefused("com.example.secret.key", "k2")
                 #expect(denied.code == .permissionDenied)
@@ -199,7 +200,7 @@ struct Issue4AccessRuleTests {
                         == "permission denied: only uid 4201 and root may post names under 'com.example.secret' (rule at test.conf:3); you are uid \(client.identity.uid)")
             }
             try await root.post("com.example.secret.key", "k3")
-            #expect(try await carol.barrier().compactMap { $0.issue4Notification?.payloadText } == ["k3"])
+            #expect(try await carol.barrier().compactMap { $0.anyNotification?.payloadText } == ["k3"])
 
             // GET_STATE follows the observe permission.
             try await alice.setState("com.example.secret.key", 5)
@@ -255,8 +256,8 @@ struct Issue4AccessRuleTests {
             #expect(publicNews.delivered == 2)
             let closed = try await root.post("com.example.closed.x", "closed")
             #expect(closed.delivered == 0, "observe=none: nobody but root")
-            #expect(try await bob.barrier().compactMap { $0.issue4Notification?.payloadText } == ["open", "public"])
-            #expect(try await carol.barrier().compactMap { $0.issue4Notification?.payloadText } == ["secret", "open", "public"])
+            #expect(try await bob.barrier().compactMap { $0.anyNotification?.payloadText } == ["open", "public"])
+            #expect(try await carol.barrier().compactMap { $0.anyNotification?.payloadText } == ["secret", "open", "public"])
 
             // The same filter applies to retained notifications.
             for name in ["com.example.secret.key", "com.example.open.x", "com.example.closed.x"] {
@@ -265,9 +266,9 @@ struct Issue4AccessRuleTests {
             _ = try await bob.barrier()
             _ = try await carol.barrier()
             let bobRetained = try await bob.subscribe("com.example.>", id: 10, retained: true)
-            #expect(bobRetained.compactMap { $0.issue4Notification?.name } == ["com.example.open.x"])
+            #expect(bobRetained.compactMap { $0.anyNotification?.name } == ["com.example.open.x"])
             let carolRetained = try await carol.subscribe("com.example.>", id: 10, retained: true)
-            #expect(carolRetained.compactMap { $0.issue4Notification?.name } == ["com.example.secret.key", "com.example.open.x"])
+            #expect(carolRetained.compactMap { $0.anyNotification?.name } == ["com.example.secret.key", "com.example.open.x"])
         }
     }
 
@@ -297,11 +298,11 @@ struct Issue4AccessRuleTests {
 
     @Test("a deeper rule only keeps a subscription open when it lies below the literal prefix label by label")
     func deeperRuleIsLabelBounded() async throws {
-        let access = try issue4Access("""
+        let access = try parseAccess("""
             reserve com.example.secret observe=none
             reserve com.example.secretive observe=all
             """)
-        try await withIssue4Server({ $0.access = access }) { server in
+        try await withServer(everyUser: true, { $0.access = access }) { server in
             let bob = try await server.connect("bob", as: .bob)
             // com.example.secretive is not below com.example.secret (it only shares the characters), so nothing
             // below the literal prefix could be allowed: refused.
@@ -331,12 +332,12 @@ struct Issue4AccessRuleTests {
 
     @Test("for equal prefixes the earlier line decides; a rule covers whole labels")
     func equalPrefixes() async throws {
-        let access = try issue4Access("""
+        let access = try parseAccess("""
             reserve a.b owner=4201 post=owner
             reserve a.b.> owner=4202 post=owner
             reserve a owner=4202 post=owner
             """)
-        try await withIssue4Server({ $0.access = access }) { server in
+        try await withServer(everyUser: true, { $0.access = access }) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             try await alice.post("a.b.c")
@@ -367,12 +368,12 @@ struct Issue4AccessRuleTests {
 
     @Test("new rules apply to new requests after updateAccess; existing subscriptions stay")
     func reload() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let alice = try await server.connect("alice", as: .alice)
             try await alice.subscribe("org.example.>", id: 1)
             try await alice.post("org.example.x")
             _ = try await alice.barrier()
-            await server.server.updateAccess(try issue4Access("reserve org.example post=owner observe=owner"))
+            await server.server.updateAccess(try parseAccess("reserve org.example post=owner observe=owner"))
             #expect(try await alice.postRefused("org.example.x").message.contains("(rule at test.conf:1)"))
             #expect(try await alice.subscribeRefused("org.example.y", id: 2).code == .permissionDenied)
             let root = try await server.connect("root")
@@ -387,8 +388,8 @@ struct Issue4AccessRuleTests {
         ("reserve a.b\n\nfrobnicate x\n", "f.conf:3", "unknown keyword 'frobnicate'"),
         ("reserve a.b post=sometimes", "f.conf:1", "'sometimes' is not a permission"),
         ("# ok\nreserve a..b", "f.conf:2", "is not a valid name prefix"),
-        ("reserve a.b owner=no-such-user-issue4", "f.conf:1", "unknown user 'no-such-user-issue4'"),
-        ("reserve a.b group=no-such-group-issue4", "f.conf:1", "unknown group 'no-such-group-issue4'"),
+        ("reserve a.b owner=no-such-user-in-tests", "f.conf:1", "unknown user 'no-such-user-in-tests'"),
+        ("reserve a.b group=no-such-group-in-tests", "f.conf:1", "unknown group 'no-such-group-in-tests'"),
         ("reserve a.b colour=red", "f.conf:1", "'colour=red' is not one of owner=, group=, post=, observe="),
         ("reserve", "f.conf:1", "reserve needs a name prefix"),
         ("quota connections-per-uid 0", "f.conf:1", "positive number"),

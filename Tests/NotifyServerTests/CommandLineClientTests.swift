@@ -3,28 +3,29 @@ import Glibc
 #endif
 import Foundation
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Synchronization
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4 access rules as a user meets them: `notifyctl` run as another uid (`setpriv`) against an in-process
+/// Access rules as a user meets them: `notifyctl` run as another uid (`setpriv`) against an in-process
 /// server configured with reserved prefixes and quotas (`notifyd` itself has no `--config` option yet).
-@Suite("Issue 4: notifyctl as another uid", .timeLimit(.minutes(1)))
-struct Issue4CommandLineClientTests {
+@Suite("Notifyctl as another uid", .timeLimit(.minutes(1)))
+struct CommandLineClientTests {
     static let nobody = PeerIdentity(uid: 65_534, gid: 65_534)
 
     static let configuration = """
-        # issue 4 notifyctl tests
+        # notifyctl tests
         reserve org.freedesktop.network.> owner=root group=root post=owner observe=all
         reserve com.example.secret owner=4201 group=4300 post=owner observe=group
         """
 
     @Test("a refused post or state change makes notifyctl fail with the daemon's message naming the rule")
     func refusedPost() async throws {
-        let access = try issue4Access(Self.configuration)
-        try await withIssue4Server({ $0.access = access }) { server in
+        let access = try parseAccess(Self.configuration)
+        try await withServer(everyUser: true, { $0.access = access }) { server in
             let post = try await CommandRun.notifyctl(["post", "org.freedesktop.network.up", "x", "--socket", server.socketPath], as: Self.nobody)
             #expect(post.status == 1, "\(post)")
             #expect(
@@ -50,8 +51,8 @@ struct Issue4CommandLineClientTests {
 
     @Test("a refused subscription makes notifyctl listen fail at once, naming the rule")
     func refusedListen() async throws {
-        let access = try issue4Access(Self.configuration)
-        try await withIssue4Server({ $0.access = access }) { server in
+        let access = try parseAccess(Self.configuration)
+        try await withServer(everyUser: true, { $0.access = access }) { server in
             let listen = try await CommandRun.notifyctl(
                 ["listen", "com.example.secret.key", "--count", "1", "--timeout", "5", "--socket", server.socketPath], as: Self.nobody)
             #expect(listen.status != 0, "\(listen)")
@@ -63,7 +64,7 @@ struct Issue4CommandLineClientTests {
 
     @Test("a connection beyond connections-per-uid makes notifyctl fail with quota-exceeded, not a timeout")
     func connectionQuota() async throws {
-        try await withIssue4Server({ $0.access.quotas.connectionsPerUID = 2 }) { server in
+        try await withServer(everyUser: true, { $0.access.quotas.connectionsPerUID = 2 }) { server in
             let held = [
                 try await server.connect("nobody-1", as: Self.nobody),
                 try await server.connect("nobody-2", as: Self.nobody),
@@ -98,7 +99,7 @@ struct CommandRun: CustomStringConvertible {
             if FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("notifyctl").path) { return directory }
             directory.deleteLastPathComponent()
         }
-        throw Issue4Failure("cannot find the notifyctl executable near \(executable): build with `swift build --build-tests`")
+        throw TestFailure("cannot find the notifyctl executable near \(executable): build with `swift build --build-tests`")
     }
 
     /// Runs `notifyctl arguments` as `identity` (through `setpriv`), failing after `timeout` seconds.
@@ -106,7 +107,7 @@ struct CommandRun: CustomStringConvertible {
         let notifyctl = try productsDirectory().appendingPathComponent("notifyctl").path
         let full = ["--reuid=\(identity.uid)", "--regid=\(identity.gid)", "--clear-groups", "--", notifyctl] + arguments
         let commandLine = (["setpriv"] + full).joined(separator: " ")
-        return try await issue4WithTimeout(timeout, "\(commandLine) to finish") {
+        return try await withTimeout(timeout, "\(commandLine) to finish") {
             try await withCheckedThrowingContinuation { continuation in
                 let thread = Thread {
                     continuation.resume(with: Result {

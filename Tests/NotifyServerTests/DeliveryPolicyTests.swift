@@ -1,16 +1,17 @@
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, slow-subscriber policies (PROTOCOL.md § 9.4): what a connection that cannot take its notifications
+/// Slow-subscriber policies (PROTOCOL.md § 9.4): what a connection that cannot take its notifications
 /// (suspended, or reading too slowly) receives under `coalesce`, `queue(N)` and `disconnect`.
-@Suite("Issue 4: delivery policies", .timeLimit(.minutes(2)))
-struct Issue4DeliveryPolicyTests {
+@Suite("Delivery policies", .timeLimit(.minutes(2)))
+struct DeliveryPolicyTests {
     /// Posts `payloads` (name, payload) fire-and-forget in one write, then waits for the poster's barrier: every post
     /// has been fanned out when this returns.
-    static func postAll(_ poster: RawPeer, _ posts: [(String, ByteBuffer)]) async throws {
+    static func postAll(_ poster: TestClient, _ posts: [(String, ByteBuffer)]) async throws {
         var frames: [ClientFrame] = []
         frames.reserveCapacity(posts.count)
         for (name, payload) in posts {
@@ -18,12 +19,12 @@ struct Issue4DeliveryPolicyTests {
         }
         try await poster.send(frames)
         let before = try await poster.barrier()
-        #expect(before.isEmpty, "the poster got \(before.prefix(3).map(\.issue4Text)) instead of nothing")
+        #expect(before.isEmpty, "the poster got \(before.prefix(3).map(\.summary)) instead of nothing")
     }
 
     @Test("coalesce while suspended: one notification per name, the latest, with the count of those merged into it")
     func coalesceSuspended() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             try await client.subscribe("org.flood.>", id: 1)
             try await client.expectOK("SUSPEND") { .suspend(requestID: $0) }
@@ -50,7 +51,7 @@ struct Issue4DeliveryPolicyTests {
                     released.append("\(n.name)=\(n.payloadText)")
                     sequences.append(n.sequence)
                 default:
-                    released.append("unexpected \(frame.issue4Text)")
+                    released.append("unexpected \(frame.summary)")
                 }
             }
             #expect(released == ["org.flood.a=a9+9", "org.flood.b=b9+9", "org.flood.c=c0"])
@@ -66,7 +67,7 @@ struct Issue4DeliveryPolicyTests {
 
     @Test("queue(N) while suspended: the latest N in order, preceded by OVERFLOW with the number dropped")
     func queueSuspended() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             try await client.subscribe("org.queue.>", id: 7, policy: .queue(limit: 3))
             try await client.expectOK("SUSPEND") { .suspend(requestID: $0) }
@@ -76,7 +77,7 @@ struct Issue4DeliveryPolicyTests {
             try await client.expectOK("RESUME") { .resume(requestID: $0) }
             let overflow = try await client.next()
             guard case .overflow(let subscription, let dropped) = overflow else {
-                Issue.record("expected OVERFLOW first, got \(overflow.issue4Text)")
+                Issue.record("expected OVERFLOW first, got \(overflow.summary)")
                 return
             }
             #expect(subscription == 7)
@@ -91,7 +92,7 @@ struct Issue4DeliveryPolicyTests {
 
     @Test("the strongest matching subscription decides: queue over coalesce, per notification")
     func strongestPolicy() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             try await client.subscribe("org.mix.>", id: 1)
             try await client.subscribe("org.mix.a", id: 2, policy: .queue(limit: 2))
@@ -102,11 +103,12 @@ struct Issue4DeliveryPolicyTests {
                 (0..<5).map { ("org.mix.a", ByteBuffer(string: "a\($0)")) } + (0..<5).map { ("org.mix.b", ByteBuffer(string: "b\($0)")) })
             try await client.expectOK("RESUME") { .resume(requestID: $0) }
             var frames: [String] = []
-            for _ in 0..<4 { frames.append(try await client.next().issue4Text) }
+            for _ in 0..<4 { frames.append(try await client.next().summary) }
             #expect(
                 frames == [
-                    "OVERFLOW(subscription 2, dropped 3)", "NOTIFICATION(#4 'org.mix.a' a3)", "NOTIFICATION(#5 'org.mix.a' a4)",
-                    "NOTIFICATION_MERGED(+4, #10 'org.mix.b' b4)",
+                    "OVERFLOW(subscription 2, dropped 3)", "NOTIFICATION(sequence 4, 'org.mix.a', payload 'a3')",
+                    "NOTIFICATION(sequence 5, 'org.mix.a', payload 'a4')",
+                    "NOTIFICATION_MERGED(merged 4, sequence 10, 'org.mix.b', payload 'b4')",
                 ])
             try await client.expectQuiet("nothing else")
         }
@@ -114,7 +116,7 @@ struct Issue4DeliveryPolicyTests {
 
     @Test("a disconnect subscription is held like queue(1000) while suspended: suspension is not slowness")
     func disconnectWhileSuspended() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             try await client.subscribe("org.strict", id: 3, policy: .disconnect)
             try await client.expectOK("SUSPEND") { .suspend(requestID: $0) }
@@ -122,7 +124,7 @@ struct Issue4DeliveryPolicyTests {
             try await Self.postAll(poster, (0..<1_005).map { ("org.strict", ByteBuffer(string: "\($0)")) })
             try await client.expectOK("RESUME") { .resume(requestID: $0) }
             let overflow = try await client.next()
-            #expect(overflow.issue4Text == "OVERFLOW(subscription 3, dropped 5)")
+            #expect(overflow.summary == "OVERFLOW(subscription 3, dropped 5)")
             var expected = 5
             while expected < 1_005 {
                 let notification = try await client.nextNotification()
@@ -138,7 +140,7 @@ struct Issue4DeliveryPolicyTests {
     /// Posts `total` notifications of 1 KiB (payload `<index>|xxx…`) round-robin over `names`, in small batches,
     /// while `reader` (a subscriber that keeps reading) checks that it receives every one of them in order.
     static func flood(
-        server: Issue4Server, poster: RawPeer, reader: RawPeer, names: [String], total: Int
+        server: TestServer, poster: TestClient, reader: TestClient, names: [String], total: Int
     ) async throws {
         // Small batches: the reader takes each before the next is sent, so its own queue stays far below the bound.
         let batch = 16
@@ -158,7 +160,7 @@ struct Issue4DeliveryPolicyTests {
                 let notification = try await reader.nextNotification()
                 let counter = notification.payloadText.split(separator: "|").first.map(String.init)
                 guard counter == "\(index)", notification.sequence > lastSequence else {
-                    throw Issue4Failure("reader: expected post \(index) after #\(lastSequence), got #\(notification.sequence) \(counter ?? "?")")
+                    throw TestFailure("reader: expected post \(index) after #\(lastSequence), got #\(notification.sequence) \(counter ?? "?")")
                 }
                 lastSequence = notification.sequence
             }
@@ -168,13 +170,13 @@ struct Issue4DeliveryPolicyTests {
     }
 
     /// Reads a resumed stalled subscriber until the last post of every name has arrived; returns the frames.
-    static func drain(_ client: RawPeer, finalPayloads: Set<String>) async throws -> [ServerFrame] {
+    static func drain(_ client: TestClient, finalPayloads: Set<String>) async throws -> [ServerFrame] {
         var frames: [ServerFrame] = []
         var missing = finalPayloads
         while !missing.isEmpty {
             let frame = try await client.next()
             frames.append(frame)
-            if let n = frame.issue4Notification { missing.remove(n.payloadText.split(separator: "|").first.map(String.init) ?? "") }
+            if let n = frame.anyNotification { missing.remove(n.payloadText.split(separator: "|").first.map(String.init) ?? "") }
         }
         frames += try await client.barrier()
         return frames
@@ -185,7 +187,7 @@ struct Issue4DeliveryPolicyTests {
         let limit = 64 * 1_024
         let total = 2_000
         let names = (0..<4).map { "org.stall.n\($0)" }
-        try await withIssue4Server({ $0.outboundByteLimit = limit }) { server in
+        try await withServer(everyUser: true, { $0.outboundByteLimit = limit }) { server in
             let stalled = try await server.connect("stalled", as: .alice, receiveBufferSize: 4_096)
             try await stalled.subscribe("org.stall.>", id: 1)
             try await stalled.setReading(false)
@@ -223,7 +225,7 @@ struct Issue4DeliveryPolicyTests {
                     lastSequence = n.sequence
                     lastMergedPerName[n.name] = count
                 default:
-                    Issue.record("unexpected \(frame.issue4Text)")
+                    Issue.record("unexpected \(frame.summary)")
                 }
             }
             #expect(UInt64(received) + merged == UInt64(total), "received \(received) + merged \(merged) == posted \(total)")
@@ -240,7 +242,7 @@ struct Issue4DeliveryPolicyTests {
         let limit = 64 * 1_024
         let total = 2_000
         let names = ["org.stall.q"]
-        try await withIssue4Server({ $0.outboundByteLimit = limit }) { server in
+        try await withServer(everyUser: true, { $0.outboundByteLimit = limit }) { server in
             let stalled = try await server.connect("stalled", as: .alice, receiveBufferSize: 4_096)
             try await stalled.subscribe("org.stall.q", id: 5, policy: .queue(limit: 10))
             try await stalled.setReading(false)
@@ -262,7 +264,7 @@ struct Issue4DeliveryPolicyTests {
                     #expect(subscription == 5)
                     overflows.append((counters.count, dropped))
                 default:
-                    Issue.record("unexpected \(frame.issue4Text)")
+                    Issue.record("unexpected \(frame.summary)")
                 }
             }
             #expect(overflows.count == 1, "one OVERFLOW: \(overflows)")
@@ -279,7 +281,7 @@ struct Issue4DeliveryPolicyTests {
     @Test("disconnect under a stalled reader: ERROR slow-consumer naming the subscription, after the frames already written, then the close")
     func disconnectStalled() async throws {
         let limit = 64 * 1_024
-        try await withIssue4Server({
+        try await withServer(everyUser: true, {
             $0.outboundByteLimit = limit
             $0.slowConsumerGraceSeconds = 30
         }) { server in
@@ -297,9 +299,9 @@ struct Issue4DeliveryPolicyTests {
 
             try await stalled.setReading(true)
             let (frames, end) = try await stalled.framesUntilEnd()
-            #expect(end == "end of file")
+            #expect(end == .endOfFile)
             guard case .error(let error)? = frames.last else {
-                Issue.record("the last frame should be ERROR slow-consumer, got \(frames.last?.issue4Text ?? "nothing")")
+                Issue.record("the last frame should be ERROR slow-consumer, got \(frames.last?.summary ?? "nothing")")
                 return
             }
             #expect(error.code == .slowConsumer)
@@ -308,7 +310,7 @@ struct Issue4DeliveryPolicyTests {
             #expect(
                 error.message
                     == "the client did not read its notifications fast enough (over \(limit) bytes pending) and subscription 3 ('org.strict.x') asked to be disconnected")
-            let counters = frames.dropLast().map { Int($0.issue4Notification?.payloadText.split(separator: "|").first ?? "") ?? -1 }
+            let counters = frames.dropLast().map { Int($0.anyNotification?.payloadText.split(separator: "|").first ?? "") ?? -1 }
             #expect(counters == Array(0..<counters.count), "whole frames in order before the ERROR")
             #expect(counters.count < 1_000)
             try await server.waitForStatus("the stalled connection closed") { $0.connections == 2 }
@@ -316,7 +318,7 @@ struct Issue4DeliveryPolicyTests {
     }
 }
 
-extension Issue4DeliveryPolicyTests {
+extension DeliveryPolicyTests {
     @Test("a subscriber that keeps reading loses nothing when a poster sends a large burst at once")
     func burstToAReadingSubscriber() async throws {
         let limit = 256 * 1_024
@@ -324,7 +326,7 @@ extension Issue4DeliveryPolicyTests {
         // read burst would hold them, but less than the bound plus the kernel's socket buffer (~200 kB), so a
         // daemon that flushes during the burst never has to, however late the reader gets the CPU.
         let total = 6_000
-        try await withIssue4Server({ $0.outboundByteLimit = limit }) { server in
+        try await withServer(everyUser: true, { $0.outboundByteLimit = limit }) { server in
             let reader = try await server.connect("reader", as: .bob)
             try await reader.subscribe("org.burst.>", id: 1)
             let poster = try await server.connect("poster")
@@ -348,7 +350,7 @@ extension Issue4DeliveryPolicyTests {
                     received += 1
                     merged += count
                 case .overflow(_, let count): dropped += count
-                case let other: throw Issue4Failure("unexpected \(other.issue4Text)")
+                case let other: throw TestFailure("unexpected \(other.summary)")
                 }
             }
             #expect(merged == 0 && dropped == 0, "a reading subscriber lost \(merged) merged and \(dropped) dropped of \(total)")
@@ -356,11 +358,11 @@ extension Issue4DeliveryPolicyTests {
     }
 }
 
-extension Issue4DeliveryPolicyTests {
+extension DeliveryPolicyTests {
     @Test("disconnect: a client that never reads its last bytes is closed after the grace period")
     func disconnectGracePeriod() async throws {
         let limit = 64 * 1_024
-        try await withIssue4Server({
+        try await withServer(everyUser: true, {
             $0.outboundByteLimit = limit
             $0.slowConsumerGraceSeconds = 0.5
         }) { server in
@@ -378,9 +380,9 @@ extension Issue4DeliveryPolicyTests {
             let (frames, _) = try await stalled.framesUntilEnd()
             let unexpected = frames.filter { frame in
                 if case .error(let error) = frame { return error.code != .slowConsumer }
-                return frame.issue4Notification == nil
+                return frame.anyNotification == nil
             }
-            #expect(unexpected.isEmpty, "only notifications and the slow-consumer ERROR: \(unexpected.map(\.issue4Text))")
+            #expect(unexpected.isEmpty, "only notifications and the slow-consumer ERROR: \(unexpected.map(\.summary))")
         }
     }
 }

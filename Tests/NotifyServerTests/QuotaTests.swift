@@ -1,25 +1,26 @@
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, per-uid quotas (PROTOCOL.md § 11.2): connections, subscriptions and outbound bytes, with clear errors,
+/// Per-uid quotas (PROTOCOL.md § 11.2): connections, subscriptions and outbound bytes, with clear errors,
 /// so one user cannot exhaust the daemon for another. Root is exempt. (Retained bytes and state names are in
 /// the retained-notification and state suites.)
-@Suite("Issue 4: per-uid quotas", .timeLimit(.minutes(2)))
-struct Issue4QuotaTests {
+@Suite("Per-uid quotas", .timeLimit(.minutes(2)))
+struct QuotaTests {
     @Test("connections-per-uid: the connection beyond the quota gets ERROR quota-exceeded as its only frame and is closed; other uids and root are not limited")
     func connections() async throws {
-        try await withIssue4Server({ $0.access.quotas.connectionsPerUID = 2 }) { server in
+        try await withServer(everyUser: true, { $0.access.quotas.connectionsPerUID = 2 }) { server in
             let first = try await server.connect("alice-1", as: .alice)
             _ = try await server.connect("alice-2", as: .alice)
-            let third = try await RawPeer.connect(to: server.socketPath, label: "alice-3", as: .alice)
+            let third = try await TestClient.connect(to: server.socketPath, name: "alice-3", as: .alice)
             let (frames, end) = try await third.framesUntilEnd()
-            #expect(end == "end of file", "the daemon closes the refused connection")
-            #expect(frames.count == 1, "only one frame, before anything was read: \(frames.map(\.issue4Text))")
+            #expect(end == .endOfFile, "the daemon closes the refused connection")
+            #expect(frames.count == 1, "only one frame, before anything was read: \(frames.map(\.summary))")
             guard case .error(let error)? = frames.first else {
-                Issue.record("expected ERROR, got \(frames.map(\.issue4Text))")
+                Issue.record("expected ERROR, got \(frames.map(\.summary))")
                 return
             }
             #expect(error.code == .quotaExceeded)
@@ -42,7 +43,7 @@ struct Issue4QuotaTests {
 
     @Test("subscriptions-per-uid: counted over all connections of the uid; freed by UNSUBSCRIBE and by closing; root is exempt")
     func subscriptions() async throws {
-        try await withIssue4Server({ $0.access.quotas.subscriptionsPerUID = 3 }) { server in
+        try await withServer(everyUser: true, { $0.access.quotas.subscriptionsPerUID = 3 }) { server in
             let alice1 = try await server.connect("alice-1", as: .alice)
             let alice2 = try await server.connect("alice-2", as: .alice)
             try await alice1.subscribe("quota.a", id: 1)
@@ -72,7 +73,7 @@ struct Issue4QuotaTests {
 
     @Test("pattern-labels-per-uid: a pattern's labels are charged to its user over all connections; exact names and a repeated pattern cost nothing; freed by UNSUBSCRIBE and by closing; root is exempt")
     func patternLabels() async throws {
-        try await withIssue4Server({ $0.access.quotas.patternLabelsPerUID = 10 }) { server in
+        try await withServer(everyUser: true, { $0.access.quotas.patternLabelsPerUID = 10 }) { server in
             let alice1 = try await server.connect("alice-1", as: .alice)
             let alice2 = try await server.connect("alice-2", as: .alice)
             try await alice1.subscribe("q.*.a.>", id: 1)  // 3 labels (q, *, a; `>` ends at its parent)
@@ -104,11 +105,11 @@ struct Issue4QuotaTests {
         let perConnection = 128 * 1_024
         let perUID = 160 * 1_024
         let total = 1_500
-        try await withIssue4Server({
+        try await withServer(everyUser: true, {
             $0.outboundByteLimit = perConnection
             $0.access.quotas.outboundBytesPerUID = perUID
         }) { server in
-            var stalled: [RawPeer] = []
+            var stalled: [TestClient] = []
             for index in 1...2 {
                 let client = try await server.connect("alice-\(index)", as: .alice, receiveBufferSize: 4_096)
                 try await client.subscribe("org.flood", id: 1, policy: .queue(limit: 100_000))
@@ -118,7 +119,7 @@ struct Issue4QuotaTests {
             let reader = try await server.connect("bob", as: .bob)
             try await reader.subscribe("org.flood", id: 1)
             let poster = try await server.connect("poster")
-            try await Issue4DeliveryPolicyTests.flood(
+            try await DeliveryPolicyTests.flood(
                 server: server, poster: poster, reader: reader, names: ["org.flood"], total: total)
 
             let clients = try await poster.query([Introspection.Client].self, .clients)
@@ -142,16 +143,16 @@ struct Issue4QuotaTests {
                     case .notification(let n):
                         received += 1
                         let counter = Int(n.payloadText.split(separator: "|").first ?? "") ?? -1
-                        #expect(counter > lastCounter, "\(client.label): in order")
+                        #expect(counter > lastCounter, "\(client.name): in order")
                         lastCounter = counter
                     case .overflow(let subscription, let dropped):
                         #expect(subscription == 0, "evictions for the bound are reported for the whole connection")
                         evicted += dropped
                     default:
-                        Issue.record("\(client.label): unexpected \(frame.issue4Text)")
+                        Issue.record("\(client.name): unexpected \(frame.summary)")
                     }
                 }
-                #expect(received + Int(evicted) == total, "\(client.label): received \(received), evicted \(evicted)")
+                #expect(received + Int(evicted) == total, "\(client.name): received \(received), evicted \(evicted)")
             }
         }
     }

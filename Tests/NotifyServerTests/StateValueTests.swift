@@ -1,16 +1,17 @@
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, state values (PROTOCOL.md § 6.6, § 6.7, § 9.6): a `u64` per name, set by whoever may post the name,
+/// State values (PROTOCOL.md § 6.6, § 6.7, § 9.6): a `u64` per name, set by whoever may post the name,
 /// read by anyone without subscribing, limited per uid.
-@Suite("Issue 4: state values", .timeLimit(.minutes(1)))
-struct Issue4StateValueTests {
+@Suite("State values", .timeLimit(.minutes(1)))
+struct StateValueTests {
     @Test("a value set by one uid is read back by others without subscribing; 0 is a value, never-set is none")
     func roundTrip() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             let root = try await server.connect("root")
@@ -34,7 +35,7 @@ struct Issue4StateValueTests {
 
     @Test("setting a state does not post, and posting does not change the state")
     func stateIsNotANotification() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let subscriber = try await server.connect("subscriber", as: .bob)
             try await subscriber.subscribe("org.example.level", id: 1)
             try await subscriber.subscribe("org.example.>", id: 2)
@@ -55,7 +56,7 @@ struct Issue4StateValueTests {
 
     @Test("user.<uid>. state: that uid and root may set and read it, another uid is refused both, naming the built-in rule")
     func userNamespace() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             let root = try await server.connect("root")
@@ -89,7 +90,7 @@ struct Issue4StateValueTests {
 
     @Test("state-names-per-uid: a first value beyond the quota is refused, changing a value is always allowed, root is exempt")
     func stateNamesQuota() async throws {
-        try await withIssue4Server({ $0.access.quotas.stateNamesPerUID = 2 }) { server in
+        try await withServer(everyUser: true, { $0.access.quotas.stateNamesPerUID = 2 }) { server in
             let alice = try await server.connect("alice", as: .alice)
             let aliceAgain = try await server.connect("alice-2", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
@@ -120,7 +121,7 @@ struct Issue4StateValueTests {
 
     @Test("SET_STATE and GET_STATE refuse names that break the grammar, patterns and process-local names")
     func invalidNames() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             for name in ["org..x", "org.*", "org.example.>", "self.cache", ""] {
                 let setError = try await client.setStateRefused(name, 1)

@@ -6,6 +6,20 @@ final class Inbox {
     var frames = CircularBuffer<ReceivedFrame>()
     var end: ConnectionEnd?
     var waiter: (promise: EventLoopPromise<ClientEvent>, timeout: Scheduled<Void>)?
+    /// Takes every frame, undecoded, instead of `frames` (``TestClient/consumeFrames(timeout:_:)``).
+    var consumer: (handler: (UInt8, ByteBuffer) -> Bool, promise: EventLoopPromise<ConnectionEnd?>, timeout: Scheduled<Void>)?
+
+    /// Hands a whole frame (length prefix included) to the consumer; false once it wants no more.
+    func consume(_ bytes: ByteBuffer) -> Bool {
+        guard let consumer, let type = bytes.getInteger(at: bytes.readerIndex + 4, as: UInt8.self),
+            let body = bytes.getSlice(at: bytes.readerIndex + 5, length: bytes.readableBytes - 5)
+        else { return true }
+        if consumer.handler(type, body) { return true }
+        self.consumer = nil
+        consumer.timeout.cancel()
+        consumer.promise.succeed(nil)
+        return false
+    }
 
     func deliver(_ received: ReceivedFrame) {
         if let waiter {
@@ -20,6 +34,11 @@ final class Inbox {
     func finish(_ end: ConnectionEnd) {
         guard self.end == nil else { return }
         self.end = end
+        if let consumer {
+            self.consumer = nil
+            consumer.timeout.cancel()
+            consumer.promise.succeed(end)
+        }
         if let waiter {
             self.waiter = nil
             waiter.timeout.cancel()
@@ -62,6 +81,11 @@ final class FrameCollector: ChannelInboundHandler {
             }
             guard pending!.readableBytes >= 4 + Int(length) else { break }
             let raw = pending!.readSlice(length: 4 + Int(length))!
+            if inbox.value.consumer != nil {
+                // A flood: no decoding, the consumer reads the bytes.
+                _ = inbox.value.consume(raw)
+                continue
+            }
             accumulator.append(raw)
             do throws(WireDecodingError) {
                 guard let frame = try accumulator.next(), accumulator.bufferedBytes == 0 else {

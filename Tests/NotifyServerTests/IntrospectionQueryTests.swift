@@ -3,14 +3,15 @@ import Glibc
 #endif
 import Foundation
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, introspection over the protocol (PROTOCOL.md § 6.10, § 11.3).
-@Suite("Issue 4: introspection queries", .timeLimit(.minutes(1)))
-struct Issue4IntrospectionQueryTests {
+/// Introspection over the protocol (PROTOCOL.md § 6.10, § 11.3).
+@Suite("Introspection queries", .timeLimit(.minutes(1)))
+struct IntrospectionQueryTests {
     static let statusKeys: Set<String> = [
         "version", "instance_id", "pid", "uptime_seconds", "connections", "subscriptions", "subscribed_names", "patterns",
         "state_names", "retained_names", "posts", "deliveries", "posts_per_second", "deliveries_per_second", "merged",
@@ -24,9 +25,9 @@ struct Issue4IntrospectionQueryTests {
 
     @Test("status: every documented key, with values that follow what the clients did")
     func status() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let alice = try await server.connect("alice", as: .alice)
-            let welcome = try await RawPeer.connect(to: server.socketPath, label: "bob", as: .bob)
+            let welcome = try await TestClient.connect(to: server.socketPath, name: "bob", as: .bob)
             let bobWelcome = try await welcome.hello()
             let bob = welcome
             try await alice.subscribe("org.example.a", id: 1)
@@ -65,7 +66,7 @@ struct Issue4IntrospectionQueryTests {
 
     @Test("names: exact subscribers, state (absent when none) and retained flag, sorted, filtered by a pattern")
     func names() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             try await alice.subscribe("org.example.b", id: 1)
@@ -100,7 +101,7 @@ struct Issue4IntrospectionQueryTests {
 
     @Test("clients: root sees every connection, another uid only its own; the fields describe each connection")
     func clients() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let root = try await server.connect("root-client")
             let alice1 = try await server.connect("alice-1", as: .alice)
             let alice2 = try await server.connect("alice-2", as: .alice)
@@ -133,7 +134,7 @@ struct Issue4IntrospectionQueryTests {
 
     @Test("an unknown query kind is invalid-request, not fatal")
     func unknownKind() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             let error = try await client.expectError("QUERY kind 7") { .query(requestID: $0, kind: 7, argument: "") }
             #expect(error.code == .invalidRequest)

@@ -4,7 +4,7 @@ import NIOPosix
 /// A value that arrives once (e.g. "the server is listening", "run() returned"), awaited with a timeout.
 ///
 /// All state lives on one event loop of the shared NIO group, so no lock is needed.
-final class OneShot<Value: Sendable>: Sendable {
+package final class OneShot<Value: Sendable>: Sendable {
     private struct State {
         var result: Result<Value, any Error>?
         var waiters: [UInt64: (promise: EventLoopPromise<Value>, timeout: Scheduled<Void>)] = [:]
@@ -14,13 +14,13 @@ final class OneShot<Value: Sendable>: Sendable {
     private let eventLoop: any EventLoop
     private let state: NIOLoopBoundBox<State>
 
-    init() {
+    package init() {
         eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         state = NIOLoopBoundBox.makeBoxSendingValue(State(), eventLoop: eventLoop)
     }
 
     /// Sets the outcome; later calls are ignored.
-    func fulfill(_ result: Result<Value, any Error>) {
+    package func fulfill(_ result: Result<Value, any Error>) {
         eventLoop.execute { [state] in
             guard state.value.result == nil else { return }
             state.value.result = result
@@ -34,7 +34,7 @@ final class OneShot<Value: Sendable>: Sendable {
     }
 
     /// Waits for the outcome; throws ``TestFailure`` naming `what` if it does not come within `timeout`.
-    func wait(timeout: TimeAmount = defaultTimeout, for what: String) async throws -> Value {
+    package func wait(timeout: TimeAmount = defaultTimeout, for what: String) async throws -> Value {
         let eventLoop = self.eventLoop
         return try await eventLoop.flatSubmit { [state] () -> EventLoopFuture<Value> in
             if let result = state.value.result { return eventLoop.makeCompletedFuture(result) }

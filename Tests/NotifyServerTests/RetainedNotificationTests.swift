@@ -2,17 +2,18 @@
 import Glibc
 #endif
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, retained notifications (PROTOCOL.md § 6.2, § 7.11, § 9.5).
-@Suite("Issue 4: retained notifications", .timeLimit(.minutes(1)))
-struct Issue4RetainedNotificationTests {
+/// Retained notifications (PROTOCOL.md § 6.2, § 7.11, § 9.5).
+@Suite("Retained notifications", .timeLimit(.minutes(1)))
+struct RetainedNotificationTests {
     @Test("a new subscription with send-retained gets RETAINED before its OK, with the original sequence, sender and payload")
     func retainedBeforeOK() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let poster = try await server.connect("poster", as: .alice)
             let first = try await poster.post("org.example.status", "starting", retain: true)
             let retained = try await poster.post("org.example.status", "up", retain: true)
@@ -25,12 +26,12 @@ struct Issue4RetainedNotificationTests {
                     ClientFrame.Subscribe(requestID: $0, subscriptionID: 9, flags: .sendRetained, pattern: "org.example.status"))
             }
             guard case .ok(let requestID) = reply else {
-                Issue.record("expected OK, got \(reply.issue4Text)")
+                Issue.record("expected OK, got \(reply.summary)")
                 return
             }
-            #expect(before.count == 1, "exactly one RETAINED before the OK: \(before.map(\.issue4Text))")
+            #expect(before.count == 1, "exactly one RETAINED before the OK: \(before.map(\.summary))")
             guard case .retained(let retainedRequest, let notification)? = before.first else {
-                Issue.record("expected RETAINED before the OK, got \(before.map(\.issue4Text))")
+                Issue.record("expected RETAINED before the OK, got \(before.map(\.summary))")
                 return
             }
             #expect(retainedRequest == requestID, "RETAINED carries the SUBSCRIBE's request id")
@@ -49,24 +50,24 @@ struct Issue4RetainedNotificationTests {
 
     @Test("without send-retained a subscription gets nothing before its OK, and nothing afterwards")
     func withoutTheFlag() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let poster = try await server.connect("poster")
             try await poster.post("org.example.status", "up", retain: true)
             let subscriber = try await server.connect("subscriber", as: .bob)
             let before = try await subscriber.subscribe("org.example.status", id: 1, retained: false)
-            #expect(before.isEmpty, "got \(before.map(\.issue4Text))")
+            #expect(before.isEmpty, "got \(before.map(\.summary))")
             let pattern = try await subscriber.subscribe("org.example.>", id: 2, retained: false)
-            #expect(pattern.isEmpty, "got \(pattern.map(\.issue4Text))")
+            #expect(pattern.isEmpty, "got \(pattern.map(\.summary))")
             try await subscriber.expectQuiet("retained notifications are only sent on request")
             // A name without a retained notification: OK alone even with the flag.
             let none = try await subscriber.subscribe("org.example.nothing", id: 3, retained: true)
-            #expect(none.isEmpty, "got \(none.map(\.issue4Text))")
+            #expect(none.isEmpty, "got \(none.map(\.summary))")
         }
     }
 
     @Test("a pattern subscription gets the retained notification of every matching name, oldest first, and no others")
     func patternGetsAllMatching() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let poster = try await server.connect("poster", as: .alice)
             let a1 = try await poster.post("org.example.a.state", "a1", retain: true)
             let b = try await poster.post("org.example.b.state", "b", retain: true)
@@ -78,21 +79,21 @@ struct Issue4RetainedNotificationTests {
 
             let subscriber = try await server.connect("subscriber", as: .bob)
             let star = try await subscriber.subscribe("org.example.*.state", id: 1, retained: true)
-            let starNames = star.compactMap(\.issue4Notification).map { "\($0.name)=\($0.payloadText)#\($0.sequence)" }
+            let starNames = star.compactMap(\.anyNotification).map { "\($0.name)=\($0.payloadText)#\($0.sequence)" }
             #expect(
                 starNames == ["org.example.b.state=b#\(b.sequence)", "org.example.a.state=a2#\(a2.sequence)"],
                 "ordered by the retained posts' sequence numbers")
             #expect(star.allSatisfy { if case .retained = $0 { true } else { false } })
 
             let rest = try await subscriber.subscribe("org.example.>", id: 2, retained: true)
-            let restNames = rest.compactMap(\.issue4Notification).map(\.name)
+            let restNames = rest.compactMap(\.anyNotification).map(\.name)
             #expect(restNames == ["org.example.b.state", "org.example.a.b.state", "org.example.a.state"])
         }
     }
 
     @Test("retained-bytes-per-uid: a retained post beyond the quota is refused and has no effect; replacing one's own frees its bytes; root is exempt")
     func retainedBytesQuota() async throws {
-        try await withIssue4Server({ $0.access.quotas.retainedBytesPerUID = 10 }) { server in
+        try await withServer(everyUser: true, { $0.access.quotas.retainedBytesPerUID = 10 }) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             let root = try await server.connect("root")
@@ -109,7 +110,7 @@ struct Issue4RetainedNotificationTests {
             try await watcher.expectQuiet("a refused post is not delivered")
             #expect(try await server.status().posts == postsBefore, "a refused post takes no sequence number")
             let two = try await watcher.subscribe("quota.two", id: 2, retained: true)
-            #expect(two.isEmpty, "a refused post is not retained: \(two.map(\.issue4Text))")
+            #expect(two.isEmpty, "a refused post is not retained: \(two.map(\.summary))")
 
             // Replacing her own 6 bytes by 10 fits: the old payload's bytes are released first.
             try await alice.post("quota.one", "0123456789", retain: true)

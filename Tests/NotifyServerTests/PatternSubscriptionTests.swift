@@ -1,12 +1,13 @@
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, wildcard subscriptions (PROTOCOL.md § 8.1, § 9.2).
-@Suite("Issue 4: pattern subscriptions", .timeLimit(.minutes(1)))
-struct Issue4PatternSubscriptionTests {
+/// Wildcard subscriptions (PROTOCOL.md § 8.1, § 9.2).
+@Suite("Pattern subscriptions", .timeLimit(.minutes(1)))
+struct PatternSubscriptionTests {
     /// For each pattern: names it must match and names it must not (PROTOCOL.md § 8.1's table, plus edge cases).
     static let cases: [(pattern: String, matches: [String], misses: [String])] = [
         ("org.example.*.changed", ["org.example.disk.changed", "org.example.net.changed"],
@@ -25,7 +26,7 @@ struct Issue4PatternSubscriptionTests {
     @Test("'*' stands for exactly one label and '>' for one or more trailing labels", arguments: 0..<cases.count)
     func matching(index: Int) async throws {
         let (pattern, matches, misses) = Self.cases[index]
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let subscriber = try await server.connect("subscriber")
             try await subscriber.subscribe(pattern, id: 1)
             let poster = try await server.connect("poster")
@@ -39,7 +40,7 @@ struct Issue4PatternSubscriptionTests {
             }
             let frames = try await subscriber.barrier()
             let received = frames.compactMap { frame -> String? in
-                guard case .notification(let n) = frame else { return "unexpected \(frame.issue4Text)" }
+                guard case .notification(let n) = frame else { return "unexpected \(frame.summary)" }
                 return expected[n.sequence] == n.name ? n.name : "wrong #\(n.sequence) \(n.name)"
             }
             #expect(received == matches.sorted(), "pattern '\(pattern)'")
@@ -48,7 +49,7 @@ struct Issue4PatternSubscriptionTests {
 
     @Test("exact and pattern subscriptions coexist; a connection whose several subscriptions match gets each post once and counts once")
     func oncePerConnection() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let exactOnly = try await server.connect("exact")
             try await exactOnly.subscribe("org.example.a", id: 1)
             let patternOnly = try await server.connect("pattern")
@@ -65,8 +66,8 @@ struct Issue4PatternSubscriptionTests {
             #expect(posted.delivered == 3, "three connections, however many subscriptions each")
             for client in [exactOnly, patternOnly, everything] {
                 let frames = try await client.barrier()
-                #expect(frames.count == 1, "\(client.label) got \(frames.map(\.issue4Text))")
-                #expect(frames.first?.issue4Notification?.sequence == posted.sequence)
+                #expect(frames.count == 1, "\(client.name) got \(frames.map(\.summary))")
+                #expect(frames.first?.anyNotification?.sequence == posted.sequence)
             }
             let status = try await server.status()
             #expect(status.deliveries == 3)
@@ -82,7 +83,7 @@ struct Issue4PatternSubscriptionTests {
 
     @Test("unsubscribing a pattern stops it; another subscription of the same connection keeps delivering")
     func unsubscribe() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client")
             try await client.subscribe("org.example.a", id: 1)
             try await client.subscribe("org.example.>", id: 2)
@@ -96,7 +97,7 @@ struct Issue4PatternSubscriptionTests {
             #expect(try await poster.post("org.example.b", "2").delivered == 0, "no pattern left")
             #expect(try await poster.post("org.example.a", "3").delivered == 1, "the exact subscription remains")
             let frames = try await client.barrier()
-            #expect(frames.map { $0.issue4Notification?.payloadText } == ["3"])
+            #expect(frames.map { $0.anyNotification?.payloadText } == ["3"])
             try await client.unsubscribe(id: 1)
             #expect(try await poster.post("org.example.a", "4").delivered == 0)
             try await client.expectQuiet("every subscription is gone")
@@ -111,7 +112,7 @@ struct Issue4PatternSubscriptionTests {
         "a.>.b", "a..b", ">.a", ">.>", "org.ex*", "org.**", "org.>>", "org.a>", ".>", "org.*.", "", "self.>", "self.*",
     ])
     func invalidPatterns(pattern: String) async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client")
             let error = try await client.subscribeRefused(pattern, id: 1)
             #expect(error.code == .invalidName, "'\(pattern)': \(error)")
@@ -123,7 +124,7 @@ struct Issue4PatternSubscriptionTests {
 
     @Test("a post names one name: wildcards in a POST are invalid-name")
     func postWithWildcards() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let subscriber = try await server.connect("subscriber")
             try await subscriber.subscribe(">", id: 1)
             let poster = try await server.connect("poster")

@@ -1,15 +1,16 @@
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import NotifyServer
 
-/// Issue 4, suspend/resume (PROTOCOL.md § 6.8, § 6.9, § 9.4).
-@Suite("Issue 4: suspend and resume", .timeLimit(.minutes(1)))
-struct Issue4SuspendResumeTests {
+/// Suspend/resume (PROTOCOL.md § 6.8, § 6.9, § 9.4).
+@Suite("Suspend and resume", .timeLimit(.minutes(1)))
+struct SuspendResumeTests {
     @Test("while suspended nothing is delivered; nested suspends need as many resumes; the last one releases what was held")
     func nested() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             try await client.subscribe("org.example.>", id: 1)
             let poster = try await server.connect("poster")
@@ -31,14 +32,14 @@ struct Issue4SuspendResumeTests {
 
             // The last RESUME: its OK, then the held notifications under the coalesce policy, in sequence order.
             let (reply, before) = try await client.request { .resume(requestID: $0) }
-            #expect(before.isEmpty, "nothing is released before the OK: \(before.map(\.issue4Text))")
+            #expect(before.isEmpty, "nothing is released before the OK: \(before.map(\.summary))")
             guard case .ok = reply else {
-                Issue.record("expected OK for the last RESUME, got \(reply.issue4Text)")
+                Issue.record("expected OK for the last RESUME, got \(reply.summary)")
                 return
             }
             let merged = try await client.next()
             guard case .notificationMerged(let count, let a) = merged else {
-                Issue.record("expected NOTIFICATION_MERGED for org.example.a, got \(merged.issue4Text)")
+                Issue.record("expected NOTIFICATION_MERGED for org.example.a, got \(merged.summary)")
                 return
             }
             #expect(count == 1 && a.payloadText == "a2" && a.name == "org.example.a")
@@ -57,7 +58,7 @@ struct Issue4SuspendResumeTests {
 
     @Test("RESUME without a matching SUSPEND is invalid-request, changes nothing, and is not fatal")
     func resumeWithoutSuspend() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .bob)
             try await client.subscribe("org.example.a", id: 1)
             let error = try await client.expectError("RESUME") { .resume(requestID: $0) }
@@ -78,13 +79,13 @@ struct Issue4SuspendResumeTests {
 
     @Test("replies are not held while suspended: RETAINED, STATE, PONG and QUERY_RESULT still come")
     func repliesWhileSuspended() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let poster = try await server.connect("poster")
             try await poster.post("org.example.status", "up", retain: true)
             let client = try await server.connect("client", as: .alice)
             try await client.expectOK("SUSPEND") { .suspend(requestID: $0) }
             let retained = try await client.subscribe("org.example.status", id: 1, retained: true)
-            #expect(retained.map { $0.issue4Notification?.payloadText } == ["up"])
+            #expect(retained.map { $0.anyNotification?.payloadText } == ["up"])
             #expect(try await client.state(of: "org.example.status") == nil)
             _ = try await client.query(Introspection.Status.self, .status)
             try await poster.post("org.example.status", "down")
@@ -94,7 +95,7 @@ struct Issue4SuspendResumeTests {
 
     @Test("UNSUBSCRIBE while holding: the OK comes at once, what is held stays held and is released on RESUME")
     func unsubscribeWhileHolding() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             try await client.subscribe("org.example.q", id: 4, policy: .queue(limit: 2))
             try await client.expectOK("SUSPEND") { .suspend(requestID: $0) }
@@ -104,9 +105,9 @@ struct Issue4SuspendResumeTests {
             #expect(try await poster.post("org.example.q", "after").delivered == 0, "the subscription is gone")
             try await client.expectOK("RESUME") { .resume(requestID: $0) }
             var frames: [String] = []
-            for _ in 0..<3 { frames.append(try await client.next().issue4Text) }
+            for _ in 0..<3 { frames.append(try await client.next().summary) }
             #expect(frames[0] == "OVERFLOW(subscription 4, dropped 1)")
-            #expect(frames.dropFirst().map { $0.contains("'org.example.q' 1)") || $0.contains("'org.example.q' 2)") } == [true, true], "\(frames)")
+            #expect(frames.dropFirst().map { $0.contains("'org.example.q', payload '1')") || $0.contains("'org.example.q', payload '2')") } == [true, true], "\(frames)")
             try await client.expectQuiet("nothing else")
         }
     }
@@ -114,7 +115,7 @@ struct Issue4SuspendResumeTests {
     @Test("held bytes are bounded per connection: the oldest are evicted (a coalesced one with all merged into it) and reported as OVERFLOW(0, n)")
     func heldBoundEviction() async throws {
         let limit = 16 * 1_024
-        try await withIssue4Server({ $0.outboundByteLimit = limit }) { server in
+        try await withServer(everyUser: true, { $0.outboundByteLimit = limit }) { server in
             // Root is exempt from the per-uid quota, so only the per-connection bound applies.
             let client = try await server.connect("client")
             try await client.subscribe("org.q", id: 1, policy: .queue(limit: 1_000))
@@ -133,7 +134,7 @@ struct Issue4SuspendResumeTests {
             try await client.expectOK("RESUME") { .resume(requestID: $0) }
             let first = try await client.next()
             guard case .overflow(0, let evicted) = first else {
-                Issue.record("expected OVERFLOW(0, n) first, got \(first.issue4Text)")
+                Issue.record("expected OVERFLOW(0, n) first, got \(first.summary)")
                 return
             }
             var accounted = evicted
@@ -141,8 +142,8 @@ struct Issue4SuspendResumeTests {
             var lastSequence: UInt64 = 0
             while accounted < 180 {
                 let frame = try await client.next()
-                guard let n = frame.issue4Notification else {
-                    Issue.record("unexpected \(frame.issue4Text)")
+                guard let n = frame.anyNotification else {
+                    Issue.record("unexpected \(frame.summary)")
                     return
                 }
                 #expect(n.sequence > lastSequence)
@@ -161,7 +162,7 @@ struct Issue4SuspendResumeTests {
 
     @Test("a suspended connection that closes discards what it held")
     func closeWhileSuspended() async throws {
-        try await withIssue4Server { server in
+        try await withServer(everyUser: true) { server in
             let client = try await server.connect("client", as: .alice)
             try await client.subscribe("org.example.>", id: 1, policy: .queue(limit: 100))
             try await client.expectOK("SUSPEND") { .suspend(requestID: $0) }

@@ -1,18 +1,19 @@
 import Dispatch
 import Foundation
 import NotifyServer
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
 @testable import Notify
 
-/// Issue 4 in the client library, against an in-process daemon: pattern observations, current values, state,
-/// suspend/resume, merge counts and drop notices, introspection.
+/// What the daemon offers beyond plain posts, through the client library against an in-process daemon: pattern
+/// observations, current values, state, suspend/resume, merge counts and drop notices, introspection.
 ///
 /// Handlers run `.immediate` (on the I/O thread, in arrival order), so when `synchronize()` returns, every
 /// notification that arrived before the daemon's `PONG` has been handed to its handler.
-@Suite("Issue 4: client library", .timeLimit(.minutes(1)))
-struct Issue4ClientTests {
+@Suite("Client library: patterns, current values, state, suspension, merges, drops, introspection", .timeLimit(.minutes(1)))
+struct ClientFeatureTests {
     /// Collects the events of a center from now on.
     static func collectEvents(_ center: NotifyCenter) -> (Collector<ConnectionEvent>, Task<Void, Never>) {
         let events = center.connectionEvents()
@@ -25,7 +26,7 @@ struct Issue4ClientTests {
 
     @Test("pattern observations receive the right names; exact and pattern observations in one process each get a notification once")
     func patterns() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let poster = try await daemon.center()
         let rest = Collector<String>()
@@ -59,7 +60,7 @@ struct Issue4ClientTests {
 
     @Test("receivesCurrentValue: the retained value first (isRetained), then newer ones")
     func currentValue() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let poster = try await daemon.center()
         try await poster.postAndWait("org.example.mode", payload: Array("v1".utf8), retain: true)
         let retained = try await poster.postAndWait("org.example.mode", payload: Array("v2".utf8), retain: true)
@@ -98,7 +99,7 @@ struct Issue4ClientTests {
 
     @Test("an observation added to an existing subscription with receivesCurrentValue gets it; the existing one gets no duplicate")
     func currentValueForASecondObservation() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let poster = try await daemon.center()
         try await poster.postAndWait("org.example.mode", payload: Array("dark".utf8), retain: true)
         let center = try await daemon.center()
@@ -129,7 +130,7 @@ struct Issue4ClientTests {
 
     @Test("setState and state(of:): nil when unset, values round-trip across centers, invalid names are refused locally")
     func state() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let a = try await daemon.center()
         let b = try await daemon.center()
         #expect(try await b.state(of: "org.example.level") == nil)
@@ -148,7 +149,7 @@ struct Issue4ClientTests {
 
     @Test("suspend/resume nest: two suspends and one resume still hold; the last resume releases, merged under coalesce")
     func suspendResume() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let poster = try await daemon.center()
         let received = Collector<ReceivedNotification>()
@@ -192,7 +193,7 @@ struct Issue4ClientTests {
 
     @Test("coalesce: mergedCount tells how many notifications were merged into the one delivered, per name")
     func mergedCount() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let poster = try await daemon.center()
         let received = Collector<ReceivedNotification>()
@@ -218,7 +219,7 @@ struct Issue4ClientTests {
 
     @Test("queue(N): droppedBefore on the next notification and a notificationsDropped event")
     func droppedBefore() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let poster = try await daemon.center()
         let (events, eventTask) = Self.collectEvents(center)
@@ -249,7 +250,7 @@ struct Issue4ClientTests {
 
     @Test("daemonStatus, daemonNames and daemonClients report what the clients did")
     func introspection() async throws {
-        let daemon = try await TestDaemon.start()
+        let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let other = try await daemon.center()
         let observations = [

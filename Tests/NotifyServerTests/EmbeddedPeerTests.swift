@@ -1,0 +1,109 @@
+import NIOCore
+import NotifyTestSupport
+import NotifyWire
+import Testing
+
+@testable import NotifyServer
+
+/// What a client sees of the broker and its peers, step by step on an `EmbeddedEventLoop`
+/// (``EmbeddedBroker``): no sockets, no threads, no waiting.
+@Suite("Peers on an embedded event loop")
+struct EmbeddedPeerTests {
+    @Test("HELLO is answered with WELCOME carrying the protocol version, the daemon's pid and instance")
+    func helloWelcome() throws {
+        let daemon = EmbeddedBroker()
+        let peer = try daemon.connect("greeter")
+        let welcome = try peer.hello()
+        #expect(welcome.version == ProtocolConstants.version)
+        #expect(welcome.daemonPID == 1)
+        #expect(welcome.instanceID == daemon.broker.instanceID)
+        try peer.send(.ping(requestID: 7))
+        #expect(try peer.received().map(\.summary) == [ServerFrame.pong(requestID: 7).summary])
+    }
+
+    @Test("a request before HELLO gets one fatal ERROR, then the connection closes and nothing else is served")
+    func frameBeforeHello() throws {
+        let daemon = EmbeddedBroker()
+        let peer = try daemon.connect("impatient")
+        try peer.send(.ping(requestID: 1), .ping(requestID: 2))
+        daemon.run()
+        let frames = try peer.received()
+        #expect(frames.count == 1, "\(frames.map(\.summary))")
+        let error = try #require(frames.first?.errorFrame, "\(frames.map(\.summary))")
+        #expect(error.closesConnection)
+        #expect(error.requestID == ProtocolConstants.noRequest)
+        #expect(!peer.isActive, "the daemon closed the connection")
+    }
+
+    @Test("posts from one peer reach a subscriber's bytes in posting order, with increasing sequence numbers")
+    func postReachesSubscriberInOrder() throws {
+        let daemon = EmbeddedBroker()
+        let subscriber = try daemon.connect("subscriber")
+        try subscriber.hello()
+        try subscriber.subscribe("org.example.>", id: 1, policy: .queue(limit: 100))
+        let poster = try daemon.connect("poster")
+        try poster.hello()
+
+        let names = (0..<20).map { "org.example.n\($0 % 3)" }
+        try poster.send(
+            names.enumerated().map { .post(ClientFrame.Post(requestID: 0, name: $1, payload: ByteBuffer(string: "\($0)"))) })
+        #expect(try poster.received().isEmpty, "unacknowledged posts get no reply")
+        let frames = try subscriber.received()
+        let notifications = frames.compactMap(\.notification)
+        #expect(notifications.count == frames.count, "only notifications: \(frames.map(\.summary))")
+        #expect(notifications.map(\.name) == names)
+        #expect(notifications.map(\.payloadText) == names.indices.map { "\($0)" })
+        #expect(zip(notifications, notifications.dropFirst()).allSatisfy { $0.sequence < $1.sequence })
+    }
+
+    @Test("two matching subscriptions of different policies: notifications held for the peer follow the stronger (queue, not coalesce)")
+    func heldUnderTheStrongerPolicy() throws {
+        let daemon = EmbeddedBroker { $0.outboundByteLimit = 2_048 }
+        let reader = try daemon.connect("slow-reader", stallWrites: true)
+        try reader.send(
+            .hello(ClientFrame.Hello(clientName: "slow-reader")),
+            .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.mix.>", policy: .coalesce),
+            .testSubscribe(requestID: 2, subscriptionID: 2, name: "org.mix.a", policy: .queue(limit: 100)))
+        let poster = try daemon.connect("poster")
+        try poster.hello()
+        // About 3,000 bytes of notifications, more than the 2,048 the reader may have pending: the rest is held.
+        let count = 30
+        try poster.send(
+            (0..<count).map {
+                .post(ClientFrame.Post(requestID: 0, name: "org.mix.a", payload: ByteBuffer(repeating: UInt8($0), count: 64)))
+            })
+        #expect(reader.unreadBytes <= 2_048 + 128, "the daemon wrote only up to its bound: \(reader.unreadBytes) bytes")
+        #expect(daemon.broker.status().heldBytes > 0, "notifications are held for the reader")
+
+        reader.readWrites()
+        daemon.run()
+        let frames = try reader.received()
+        let notifications = frames.filter { $0.anyNotification?.name == "org.mix.a" }
+        #expect(
+            notifications.allSatisfy { $0.notification != nil },
+            "held under queue: none merged, none dropped: \(notifications.map(\.summary))")
+        #expect(notifications.count == count, "\(frames.map(\.summary))")
+        #expect(notifications.compactMap(\.notification).map { $0.payload.getInteger(at: $0.payload.readerIndex, as: UInt8.self) }
+            == (0..<count).map { UInt8($0) })
+    }
+
+    @Test("a client that sends requests without reading the replies stops being read until it catches up")
+    func backPressureStopsReading() throws {
+        let daemon = EmbeddedBroker { $0.outboundByteLimit = 1_024 }
+        let greedy = try daemon.connect("greedy", stallWrites: true)
+        try greedy.send(.hello(ClientFrame.Hello(clientName: "greedy")))
+        let pings = 2_000  // 9 bytes per PONG: 18,000 bytes of replies, far over the bound
+        try greedy.send((1...pings).map { .ping(requestID: UInt32($0)) })
+        daemon.run()
+        #expect(!greedy.isReading, "the daemon stopped reading the client")
+        #expect(greedy.unreadBytes < 4 * 1_024, "the replies stayed near the bound: \(greedy.unreadBytes) bytes")
+
+        greedy.readWrites()
+        daemon.run()
+        #expect(greedy.isReading, "reading resumed once the client read its replies")
+        let pongs = try greedy.received().compactMap { frame -> UInt32? in
+            if case .pong(let id) = frame { id } else { nil }
+        }
+        #expect(pongs.elementsEqual(1...UInt32(pings)), "every PING answered in order once it read: \(pongs.count) PONGs")
+    }
+}
