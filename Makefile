@@ -14,7 +14,7 @@ HADOLINT ?= hadolint
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps build run test test-systemd docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build
+.PHONY: all deps build run test test-systemd docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build soak
 
 all: build
 
@@ -45,7 +45,8 @@ run: build
 	exec $(BIN_DIR)/notifyd $(ARGS)
 
 ## test: build and run every test, then the client-library and integration tests under ThreadSanitizer, then a short
-## run of every benchmark (bench-smoke) and of every fuzz target (fuzz-smoke). The benchmark package
+## run of every benchmark (bench-smoke), a short soak (Benchmarks/soak.py: random clients, then every table empty)
+## and a short run of every fuzz target (fuzz-smoke). The benchmark package
 ## (Benchmarks/Package.swift) is built next to the tests, where bench-smoke finds it, so a change to the library
 ## that breaks notify-bench fails here.
 test: deps lint
@@ -57,6 +58,7 @@ test: deps lint
 	$(MAKE) sanitize
 	$(MAKE) sanitize-address
 	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
+	python3 Benchmarks/soak.py .build/debug/notifyd --clients 200 --operations 50000 --stoppable 4 --rss-limit -1
 	$(MAKE) fuzz-smoke
 
 ## test-systemd: boot Debian with a real systemd as PID 1 (systemd-nspawn), install as `make install` does, and check
@@ -181,6 +183,15 @@ bench-deps:
 BENCH_SMOKE_SCRATCH ?= $(CURDIR)/.build/benchmarks
 bench-smoke: deps
 	python3 Benchmarks/run.py --smoke --bench-scratch-path $(BENCH_SMOKE_SCRATCH) $(BENCH_SMOKE_ARGS)
+
+## soak: issue 15's soak (Benchmarks/soak.py) against a release notifyd: 1,000 clients and 16 subscriber processes
+## that are SIGSTOPped and continued, 1,000,000 random operations; then every connection-bound table must be empty
+## and resident memory within 10% of its level once the clients had connected. SOAK_ARGS="--operations N" etc.
+SOAK_ARGS ?=
+soak: deps
+	$(SWIFT) build -c release --product notifyd --scratch-path $(CURDIR)/.build-bench
+	ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true; \
+	python3 Benchmarks/soak.py $(CURDIR)/.build-bench/release/notifyd $(SOAK_ARGS)
 
 ## fuzz-build: the libFuzzer targets (Tests/Fuzz, a package of its own on top of this one) in $(FUZZ_SCRATCH), built
 ## with -sanitize=$(FUZZ_SANITIZE) and linked with lld (gold fails on them), and their seed corpus, converted from

@@ -10,6 +10,8 @@ import NotifyWire
 /// What `status` reports besides the broker's counters: sampled off the event loop or as events happen.
 struct StatusSamples {
     fileprivate var rates: [(time: NIODeadline, posts: UInt64, deliveries: UInt64)] = []
+    /// Posts or deliveries happened since memory was last handed back.
+    fileprivate var busySinceTrim = false
     /// This process's resident set size as last sampled (off the event loop, every second).
     var residentMemoryBytes: UInt64 = 0
     /// Reloads handled so far and why the last one failed, for `notifyctl reload` to wait on.
@@ -19,9 +21,16 @@ struct StatusSamples {
 
 extension Broker {
     /// Records the counters once a second, for the per-second rates in `status`.
-    func sampleRates() {
+    ///
+    /// - Returns: whether to hand freed memory back to the system now: the first second without posts or
+    ///   deliveries after some, when nobody waits for the allocator (trimming takes its locks).
+    func sampleRates() -> Bool {
+        let previous = samples.rates.last
         samples.rates.append((.now(), statistics.posts, statistics.deliveries))
         if samples.rates.count > 6 { samples.rates.removeFirst(samples.rates.count - 6) }
+        let quiet = previous.map { $0.posts == statistics.posts && $0.deliveries == statistics.deliveries } ?? false
+        defer { samples.busySinceTrim = !quiet }
+        return quiet && samples.busySinceTrim
     }
 
     /// Counts a reload once its outcome is in force (the new rules applied, or the old ones kept).

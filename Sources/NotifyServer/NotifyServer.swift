@@ -91,10 +91,14 @@ package final class NotifyServer: Service, Sendable {
         let periodic = try await eventLoop.submit {
             [
                 eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { _ in
-                    router.value.sampleRates()
-                    // /proc is read on the pool; the loop only stores the answer.
-                    identityPool.runIfActive(eventLoop: eventLoop) { Broker.residentMemory() }
-                        .whenSuccess { router.value.samples.residentMemoryBytes = $0 }
+                    let trim = router.value.sampleRates()
+                    // /proc is read on the pool; the loop only stores the answer. Freed memory is handed back to
+                    // the system there too, once per quiet spell (the allocator keeps it otherwise).
+                    identityPool.runIfActive(eventLoop: eventLoop) {
+                        if trim { releaseFreedMemory() }
+                        return Broker.residentMemory()
+                    }
+                    .whenSuccess { router.value.samples.residentMemoryBytes = $0 }
                 },
                 eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(50), delay: .milliseconds(50)) { _ in
                     router.value.releaseHeldPeers()
@@ -272,4 +276,18 @@ package enum ServerError: Error, CustomStringConvertible {
             "invalid configuration: \(problems)"
         }
     }
+}
+
+#if canImport(Glibc)
+/// glibc's `malloc_trim(3)` (declared in `<malloc.h>`, which the Glibc module does not bring in).
+@_silgen_name("malloc_trim")
+private func malloc_trim(_ pad: Int) -> Int32
+#endif
+
+/// Hands the allocator's free pages back to the system (glibc keeps them otherwise, so a daemon's resident memory
+/// would stay at its high-water mark after the clients that needed it left).
+private func releaseFreedMemory() {
+    #if canImport(Glibc)
+    _ = malloc_trim(0)
+    #endif
 }

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Issue 15's soak, modelled on Darwin Libnotify's random test: many clients doing random operations against one
+notifyd, then every connection-bound table must be back at its baseline and the daemon's memory near where it
+started.
+
+usage: soak.py NOTIFYD [--clients N] [--operations N] [--stoppable N] [--seed N] [--json FILE] [--rss-limit F]
+
+Starts NOTIFYD on a private socket, opens N clients (one Python process, non-blocking sockets that it drains as it
+goes, so the daemon never waits on it), plus STOPPABLE subscriber processes that it SIGSTOPs and SIGCONTs, and
+performs OPERATIONS random operations: subscribe (exact names and patterns, every policy), unsubscribe, post,
+suspend, resume, set and get state, disconnect and reconnect, stop and continue a subscriber process. Then it
+continues every process, closes every client and waits (on `status`, not on time) until the daemon has one
+connection left: its own. It fails (exit 1) unless then
+  - subscriptions, subscribed names, patterns, outbound and held bytes are 0 and no client is left;
+  - state names and retained names are at most the distinct names it set or retained;
+  - the daemon's resident memory is within 10% of what it was after the first round of connections (the
+    allocator keeps what the first 1,000 connections needed; what must not grow is what comes after).
+Prints one JSON line with the figures."""
+import argparse, json, os, random, resource, signal, socket, struct, subprocess, sys, tempfile, time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("notifyd")
+parser.add_argument("--clients", type=int, default=1000)
+parser.add_argument("--operations", type=int, default=1_000_000)
+parser.add_argument("--stoppable", type=int, default=16)
+parser.add_argument("--seed", type=int, default=1)
+parser.add_argument("--json", default=None)
+parser.add_argument("--rss-limit", type=float, default=0.10,
+                    help="the largest growth of resident memory allowed (0.10: 10%%); a negative value checks none "
+                         "(a short run in a debug build, where the tables are what is checked)")
+args = parser.parse_args()
+rng = random.Random(args.seed)
+# One descriptor per client, here and in the daemon (which raises its own soft limit).
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def frame(kind, body):
+    return struct.pack(">IB", len(body) + 1, kind) + body
+
+
+def s16(data):
+    return struct.pack(">H", len(data)) + data
+
+
+def hello(name):
+    return frame(0x01, struct.pack(">HI", 1, 0) + s16(name))
+
+
+NAMES = [f"soak.n{i}".encode() for i in range(2000)]
+PATTERNS = [b"soak.*", b"soak.>", b"*.n1", b"soak.n1*"] + [f"soak.n{i}".encode() for i in range(0, 2000, 97)]
+PATTERNS = [p for p in PATTERNS if b"*" in p or b">" in p] + [b"soak.n7.>", b"*.*"]
+
+
+class Client:
+    """One connection: queued bytes it could not send yet, its subscription ids, whether suspended."""
+
+    def __init__(self, path, index):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(path)
+        self.sock.setblocking(False)
+        self.out = bytearray(hello(f"soak-{index}".encode()))
+        self.subscriptions = []
+        self.next_id = 1
+        self.suspended = 0
+
+    def request_id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def send(self, data):
+        self.out += data
+
+    def pump(self):
+        """Sends what it can and reads (and discards) what there is; False once the daemon closed it."""
+        try:
+            while self.out:
+                n = self.sock.send(self.out)
+                del self.out[:n]
+        except BlockingIOError:
+            pass
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        try:
+            while True:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    return False
+        except BlockingIOError:
+            return True
+        except ConnectionResetError:
+            return False
+
+
+def query_status(path):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(path)
+    sock.settimeout(30)
+    # QUERY only once WELCOME is read, so the status does not count the WELCOME still queued for this connection.
+    sock.sendall(hello(b"soak-status"))
+    buffer = b""
+    while True:
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
+            n = struct.unpack(">I", buffer[:4])[0]
+            body, buffer = buffer[4:4 + n], buffer[4 + n:]
+            if body[0] == 0x81:
+                sock.sendall(frame(0x0A, struct.pack(">IB", 7, 1) + s16(b"")))
+            if body[0] == 0x8B:
+                length = struct.unpack(">I", body[5:9])[0]
+                sock.close()
+                return json.loads(body[9:9 + length])
+        data = sock.recv(1 << 20)
+        if not data:
+            raise SystemExit("the daemon closed the status connection")
+        buffer += data
+
+
+STOPPABLE_CODE = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+def frame(k, b): return struct.pack(">IB", len(b) + 1, k) + b
+s.sendall(frame(1, struct.pack(">HI", 1, 0) + struct.pack(">H", 4) + b"stop"))
+for i, (p, policy, limit) in enumerate([(b"soak.>", 0, 0), (b"soak.*", 1, 1000), (b"soak.n1", 1, 4294967295)]):
+    s.sendall(frame(2, struct.pack(">IIBBI", i + 1, i + 1, 0, policy, limit) + struct.pack(">H", len(p)) + p))
+while s.recv(1 << 16):
+    pass
+"""
+
+workdir = tempfile.mkdtemp(prefix="notifyd-soak-")
+path = os.path.join(workdir, "notifyd.sock")
+daemon = subprocess.Popen([args.notifyd, "--socket", path, "--log-level", "error"], stderr=subprocess.DEVNULL)
+deadline = time.monotonic() + 30
+while not os.path.exists(path):
+    if time.monotonic() > deadline or daemon.poll() is not None:
+        raise SystemExit("notifyd did not start")
+    time.sleep(0.02)
+
+stoppable = [subprocess.Popen([sys.executable, "-c", STOPPABLE_CODE, path]) for _ in range(args.stoppable)]
+stopped = set()
+clients = [Client(path, i) for i in range(args.clients)]
+for c in clients:
+    c.pump()
+# The baseline: once the first round of connections is open and idle.
+deadline = time.monotonic() + 60
+while query_status(path)["connections"] < args.clients + args.stoppable + 1:
+    if time.monotonic() > deadline:
+        raise SystemExit("the clients did not all connect")
+    for c in clients:
+        c.pump()
+baseline = query_status(path)
+
+counts = {}
+states = set()
+start = time.monotonic()
+reconnects = 0
+closed_by_daemon = 0
+for op in range(args.operations):
+    i = rng.randrange(len(clients))
+    c = clients[i]
+    kind = rng.choices(
+        ["subscribe", "unsubscribe", "post", "suspend", "resume", "set_state", "get_state", "reconnect", "signal"],
+        weights=[20, 10, 45, 3, 3, 5, 5, 2, 1])[0]
+    counts[kind] = counts.get(kind, 0) + 1
+    if kind == "subscribe":
+        sid = c.request_id()
+        if rng.random() < 0.7:
+            pattern = rng.choice(NAMES)
+        else:
+            pattern = rng.choice(PATTERNS)
+        policy, limit = rng.choice([(0, 0), (1, 100), (1, 100000), (2, 0)])
+        c.send(frame(0x02, struct.pack(">IIBBI", sid, sid, 0, policy, limit) + s16(pattern)))
+        c.subscriptions.append(sid)
+    elif kind == "unsubscribe" and c.subscriptions:
+        sid = c.subscriptions.pop(rng.randrange(len(c.subscriptions)))
+        c.send(frame(0x03, struct.pack(">II", c.request_id(), sid)))
+    elif kind == "post":
+        payload = b"x" * rng.choice([0, 16, 64, 1024])
+        c.send(frame(0x04, struct.pack(">IB", 0, 0) + s16(rng.choice(NAMES)) + struct.pack(">I", len(payload)) + payload))
+    elif kind == "suspend" and c.suspended < 3:
+        c.suspended += 1
+        c.send(frame(0x08, struct.pack(">I", c.request_id())))
+    elif kind == "resume" and c.suspended:
+        c.suspended -= 1
+        c.send(frame(0x09, struct.pack(">I", c.request_id())))
+    elif kind == "set_state":
+        name = rng.choice(NAMES[:200])
+        states.add(name)
+        c.send(frame(0x06, struct.pack(">IQ", c.request_id(), rng.randrange(1 << 32)) + s16(name)))
+    elif kind == "get_state":
+        c.send(frame(0x07, struct.pack(">I", c.request_id()) + s16(rng.choice(NAMES))))
+    elif kind == "reconnect":
+        c.sock.close()
+        clients[i] = Client(path, i)
+        reconnects += 1
+    elif kind == "signal" and stoppable:
+        p = rng.choice(stoppable)
+        if p.pid in stopped:
+            p.send_signal(signal.SIGCONT)
+            stopped.discard(p.pid)
+        else:
+            p.send_signal(signal.SIGSTOP)
+            stopped.add(p.pid)
+    if op % 64 == 63:
+        for k, other in enumerate(clients):
+            if not other.pump():
+                # A `disconnect` subscriber the daemon closed (it could not keep up): reconnect it.
+                other.sock.close()
+                clients[k] = Client(path, k)
+                closed_by_daemon += 1
+operations_seconds = time.monotonic() - start
+
+for p in stoppable:
+    p.send_signal(signal.SIGCONT)
+for c in clients:
+    c.pump()
+    c.sock.close()
+for p in stoppable:
+    p.kill()
+    p.wait()
+
+deadline = time.monotonic() + 60
+while True:
+    status = query_status(path)
+    if status["connections"] == 1 or time.monotonic() > deadline:
+        break
+    time.sleep(0.05)
+# Memory the daemon freed may take a moment to be handed back; RSS is sampled once a second.
+time.sleep(2.5)
+status = query_status(path)
+daemon.terminate()
+daemon.wait(timeout=30)
+
+problems = []
+for key in ("subscriptions", "subscribed_names", "patterns", "outbound_bytes", "held_bytes"):
+    if status.get(key, 0) != 0:
+        problems.append(f"{key} is {status[key]} after every client left (expected 0)")
+if status["connections"] != 1:
+    problems.append(f"{status['connections'] - 1} connections left besides the status query")
+if status["state_names"] > len(states):
+    problems.append(f"{status['state_names']} state names, more than the {len(states)} set")
+growth = status["resident_memory_bytes"] / max(1, baseline["resident_memory_bytes"]) - 1
+if args.rss_limit >= 0 and growth > args.rss_limit:
+    problems.append(f"resident memory grew {growth:.0%} (baseline {baseline['resident_memory_bytes']} B, "
+                    f"after {status['resident_memory_bytes']} B); at most {args.rss_limit:.0%} allowed")
+result = {
+    "clients": args.clients, "stoppable": args.stoppable, "operations": args.operations, "seed": args.seed,
+    "operations_per_second": round(args.operations / operations_seconds), "counts": counts,
+    "reconnects": reconnects, "closed_by_daemon": closed_by_daemon, "posts_by_daemon": status["posts"],
+    "deliveries": status["deliveries"], "dropped": status["dropped"], "merged": status["merged"],
+    "slow_consumer_disconnects": status["slow_consumer_disconnects"],
+    "rss_baseline_bytes": baseline["resident_memory_bytes"], "rss_after_bytes": status["resident_memory_bytes"],
+    "rss_growth": round(growth, 3), "tables_after": {k: status[k] for k in (
+        "connections", "subscriptions", "subscribed_names", "patterns", "state_names", "retained_names",
+        "outbound_bytes", "held_bytes")},
+    "problems": problems,
+}
+print(json.dumps(result))
+if args.json:
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+sys.exit(1 if problems else 0)
