@@ -16,7 +16,7 @@ connection left: its own. It fails (exit 1) unless then
   - the daemon's resident memory is within 10% of what it was after the first round of connections (the
     allocator keeps what the first 1,000 connections needed; what must not grow is what comes after).
 Prints one JSON line with the figures."""
-import argparse, json, os, random, resource, signal, socket, struct, subprocess, sys, tempfile, time
+import argparse, json, os, random, resource, selectors, signal, socket, struct, subprocess, sys, tempfile, time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("notifyd")
@@ -93,6 +93,7 @@ class Client:
 
 
 def query_status(path):
+    daemon_died()
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(path)
     sock.settimeout(30)
@@ -109,8 +110,13 @@ def query_status(path):
                 length = struct.unpack(">I", body[5:9])[0]
                 sock.close()
                 return json.loads(body[9:9 + length])
-        data = sock.recv(1 << 20)
+        try:
+            data = sock.recv(1 << 20)
+        except ConnectionResetError:
+            data = b""
         if not data:
+            time.sleep(0.5)
+            daemon_died()
             raise SystemExit("the daemon closed the status connection")
         buffer += data
 
@@ -128,7 +134,19 @@ while s.recv(1 << 16):
 
 workdir = tempfile.mkdtemp(prefix="notifyd-soak-")
 path = os.path.join(workdir, "notifyd.sock")
-daemon = subprocess.Popen([args.notifyd, "--socket", path, "--log-level", "error"], stderr=subprocess.DEVNULL)
+daemon_log = open(os.path.join(workdir, "notifyd.log"), "wb")
+daemon = subprocess.Popen([args.notifyd, "--socket", path, "--log-level", "error"], stderr=daemon_log)
+
+
+def daemon_died():
+    """Exits with the daemon's last log lines if it is no longer running."""
+    if daemon.poll() is None:
+        return
+    daemon_log.flush()
+    with open(daemon_log.name, "rb") as f:
+        tail = f.read()[-4000:].decode(errors="replace")
+    raise SystemExit(f"notifyd exited with status {daemon.returncode} during the soak:\n{tail}")
+
 deadline = time.monotonic() + 30
 while not os.path.exists(path):
     if time.monotonic() > deadline or daemon.poll() is not None:
@@ -148,6 +166,21 @@ while query_status(path)["connections"] < args.clients + args.stoppable + 1:
     for c in clients:
         c.pump()
 baseline = query_status(path)
+
+selector = selectors.DefaultSelector()
+for k, c in enumerate(clients):
+    selector.register(c.sock, selectors.EVENT_READ, k)
+pending = set()
+
+
+def replace(k):
+    """Closes client k and opens a new one in its place."""
+    selector.unregister(clients[k].sock)
+    clients[k].sock.close()
+    clients[k] = Client(path, k)
+    selector.register(clients[k].sock, selectors.EVENT_READ, k)
+    pending.add(k)
+
 
 counts = {}
 states = set()
@@ -189,8 +222,7 @@ for op in range(args.operations):
     elif kind == "get_state":
         c.send(frame(0x07, struct.pack(">I", c.request_id()) + s16(rng.choice(NAMES))))
     elif kind == "reconnect":
-        c.sock.close()
-        clients[i] = Client(path, i)
+        replace(i)
         reconnects += 1
     elif kind == "signal" and stoppable:
         p = rng.choice(stoppable)
@@ -200,13 +232,21 @@ for op in range(args.operations):
         else:
             p.send_signal(signal.SIGSTOP)
             stopped.add(p.pid)
+    if clients[i].out:
+        pending.add(i)
     if op % 64 == 63:
-        for k, other in enumerate(clients):
+        # Drain what the daemon sent (only sockets with something to read) and send what waits.
+        for key, _ in selector.select(0):
+            pending.add(key.data)
+        for k in list(pending):
+            pending.discard(k)
+            other = clients[k]
             if not other.pump():
                 # A `disconnect` subscriber the daemon closed (it could not keep up): reconnect it.
-                other.sock.close()
-                clients[k] = Client(path, k)
+                replace(k)
                 closed_by_daemon += 1
+            elif other.out:
+                pending.add(k)
 operations_seconds = time.monotonic() - start
 
 for p in stoppable:

@@ -21,6 +21,10 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Frames wait in the accumulator for the next turn of the event loop (see ``framesPerTurn``); reading is
     /// off meanwhile.
     private var servingDeferred = false
+    /// Inside this channel's read completion, which NIO also fires on EOF and then goes on to close the
+    /// channel's input: a write that fails there (the peer is gone) would close the whole channel under it. Writes
+    /// to this channel wait for the next tick meanwhile (writes to other channels do not).
+    private var isCompletingRead = false
     /// Frames served through the full path, posts continuing a run, and pattern nodes visited, this turn.
     private var turnFrames = 0
     private var turnRunPosts = 0
@@ -170,7 +174,9 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     func channelReadComplete(context: ChannelHandlerContext) {
         // The turn's budget starts again with the next read (frames deferred meanwhile are served first).
         if !servingDeferred { startTurn() }
+        isCompletingRead = true
         broker.flushDirtyPeers()
+        isCompletingRead = false
         context.fireChannelReadComplete()
     }
 
@@ -235,15 +241,27 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     // MARK: PeerTransport
 
     func write(_ bytes: ByteBuffer) {
-        context?.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+        guard let context else { return }
+        if isCompletingRead {
+            let data = wrapOutboundOut(bytes)
+            context.eventLoop.assumeIsolated().execute { context.writeAndFlush(data, promise: nil) }
+        } else {
+            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+        }
     }
 
     func whenWritten(_ body: @escaping () -> Void) {
         guard let context else { return }
-        // An empty write behind the others completes once everything before it is written.
+        // An empty write behind the others completes once everything before it is written (a write deferred
+        // above is still before it: tasks run in order).
         let barrier = context.eventLoop.makePromise(of: Void.self)
         barrier.futureResult.assumeIsolated().whenComplete { _ in body() }
-        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: barrier)
+        let empty = wrapOutboundOut(context.channel.allocator.buffer(capacity: 0))
+        if isCompletingRead {
+            context.eventLoop.assumeIsolated().execute { context.writeAndFlush(empty, promise: barrier) }
+        } else {
+            context.writeAndFlush(empty, promise: barrier)
+        }
     }
 
     func stopReadingForBackPressure() {
@@ -261,7 +279,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     }
 
     func close() {
-        context?.close(promise: nil)
+        guard let context else { return }
+        // At the next tick, never inside one of this channel's own events: a peer can be flushed and closed from
+        // its channel's read completion on EOF, after which NIO goes on to close the channel's input itself (and
+        // asserts that the channel is still registered).
+        context.eventLoop.assumeIsolated().execute { context.close(promise: nil) }
     }
 
     func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) {
