@@ -25,6 +25,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// channel's input: a write that fails there (the peer is gone) would close the whole channel under it. Writes
     /// to this channel wait for the next tick meanwhile (writes to other channels do not).
     private var isCompletingRead = false
+    /// Writes waiting for the next tick (see ``isCompletingRead``).
+    private var deferredWrites = 0
     /// Frames served through the full path, posts continuing a run, and pattern nodes visited, this turn.
     private var turnFrames = 0
     private var turnRunPosts = 0
@@ -242,25 +244,30 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
 
     func write(_ bytes: ByteBuffer) {
         guard let context else { return }
-        if isCompletingRead {
-            let data = wrapOutboundOut(bytes)
-            context.eventLoop.assumeIsolated().execute { context.writeAndFlush(data, promise: nil) }
-        } else {
-            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
-        }
+        let data = wrapOutboundOut(bytes)
+        deferIfNeeded(context) { context.writeAndFlush(data, promise: nil) }
     }
 
     func whenWritten(_ body: @escaping () -> Void) {
         guard let context else { return }
-        // An empty write behind the others completes once everything before it is written (a write deferred
-        // above is still before it: tasks run in order).
+        // An empty write behind the others completes once everything before it is written.
         let barrier = context.eventLoop.makePromise(of: Void.self)
         barrier.futureResult.assumeIsolated().whenComplete { _ in body() }
         let empty = wrapOutboundOut(context.channel.allocator.buffer(capacity: 0))
-        if isCompletingRead {
-            context.eventLoop.assumeIsolated().execute { context.writeAndFlush(empty, promise: barrier) }
-        } else {
-            context.writeAndFlush(empty, promise: barrier)
+        deferIfNeeded(context) { context.writeAndFlush(empty, promise: barrier) }
+    }
+
+    /// Runs `write` now, or at the next tick while inside this channel's read completion, or while an earlier
+    /// write waits for that tick (writes must reach the channel in the order they were made).
+    private func deferIfNeeded(_ context: ChannelHandlerContext, _ write: @escaping () -> Void) {
+        guard isCompletingRead || deferredWrites > 0 else {
+            write()
+            return
+        }
+        deferredWrites += 1
+        context.eventLoop.assumeIsolated().execute { [self] in
+            deferredWrites -= 1
+            write()
         }
     }
 

@@ -73,8 +73,10 @@ final class EmbeddedPeer {
         try channel.writeInbound(channel.allocator.buffer(bytes: bytes))
     }
 
-    /// Every whole frame the daemon has written since the last call, in order.
+    /// Every whole frame the daemon has written since the last call, in order (after running the loop's due
+    /// tasks: a reply to a peer's own read is written at the next tick).
     func received() throws -> [ServerFrame] {
+        channel.embeddedEventLoop.run()
         while let chunk = try channel.readOutbound(as: ByteBuffer.self) { accumulator.append(chunk) }
         var frames: [ServerFrame] = []
         while let frame = try accumulator.next() { frames.append(frame) }
