@@ -56,6 +56,24 @@ struct EmbeddedPeerTests {
         #expect(zip(notifications, notifications.dropFirst()).allSatisfy { $0.sequence < $1.sequence })
     }
 
+    @Test("a reply to a peer's own request and a notification posted after it reach the peer in that order")
+    func replyThenNotificationInOrder() throws {
+        let daemon = EmbeddedBroker()
+        let subscriber = try daemon.connect("subscriber")
+        try subscriber.hello()
+        try subscriber.subscribe("org.example.order", id: 1)
+        let poster = try daemon.connect("poster")
+        try poster.hello()
+        // The PONG is written at the next tick (it answers the subscriber's own read); the post, read from
+        // another connection before that tick, must not overtake it.
+        try subscriber.send(.ping(requestID: 7))
+        try poster.send(.post(ClientFrame.Post(requestID: 0, name: "org.example.order", payload: ByteBuffer(string: "after"))))
+        let frames = try subscriber.received()
+        #expect(frames.count == 2, "\(frames.map(\.summary))")
+        #expect(frames.first?.summary == ServerFrame.pong(requestID: 7).summary, "\(frames.map(\.summary))")
+        #expect(frames.last?.notification?.payloadText == "after", "\(frames.map(\.summary))")
+    }
+
     @Test("two matching subscriptions of different policies: notifications held for the peer follow the stronger (queue, not coalesce)")
     func heldUnderTheStrongerPolicy() throws {
         let daemon = EmbeddedBroker { $0.outboundByteLimit = 2_048 }
