@@ -58,7 +58,7 @@ test: deps lint
 	$(MAKE) sanitize
 	$(MAKE) sanitize-address
 	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
-	python3 Benchmarks/soak.py .build/debug/notifyd --clients 200 --operations 50000 --stoppable 4 --rss-limit -1
+	python3 Benchmarks/soak.py .build/debug/notifyd --clients 200 --operations 50000 --rounds 2 --stoppable 4 --rss-limit -1
 	$(MAKE) fuzz-smoke
 
 ## test-systemd: boot Debian with a real systemd as PID 1 (systemd-nspawn), install as `make install` does, and check
