@@ -26,7 +26,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
 
     private let listeningDescriptor: CInt
     private var reserve: CInt
-    private let router: NIOLoopBound<Broker>
+    private let broker: NIOLoopBound<Broker>
     private let logger: Logger
     private var resumeAccepting: Scheduled<Void>?
     private var lastReport: NIODeadline?
@@ -35,9 +35,9 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     /// The `ERROR unavailable` frame, encoded once.
     private let refusal: [UInt8]
 
-    init(listeningDescriptor: CInt, router: NIOLoopBound<Broker>, logger: Logger) {
+    init(listeningDescriptor: CInt, broker: NIOLoopBound<Broker>, logger: Logger) {
         self.listeningDescriptor = listeningDescriptor
-        self.router = router
+        self.broker = broker
         self.logger = logger
         self.reserve = Self.openReserve()
         var buffer = ByteBuffer()
@@ -63,8 +63,8 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         let refused = refusePendingConnections()
-        router.value.statistics.acceptFailures += 1
-        router.value.statistics.connectionsRefused += refused
+        broker.value.statistics.acceptFailures += 1
+        broker.value.statistics.connectionsRefused += refused
         failuresSinceReport += 1
         refusedSinceReport += refused
         report(errno: failure.errnoCode)
@@ -122,7 +122,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
             metadata: [
                 "errno": "\(code == EMFILE ? "EMFILE" : "ENFILE")",
                 "refused": "\(refusedSinceReport)", "failed_accepts": "\(failuresSinceReport)",
-                "connections": "\(router.value.peers.count)",
+                "connections": "\(broker.value.peers.count)",
             ])
         refusedSinceReport = 0
         failuresSinceReport = 0

@@ -60,6 +60,10 @@ final class Broker {
     private var recipients: [Recipient] = []
     /// Peers with bytes appended since their last flush.
     private var dirty: [Peer] = []
+    /// Peers with enough queued to flush before the burst ends, flushed once the fan-out at hand is over: a flush
+    /// can re-enter the broker (a write that fails makes NIO read the rest of that peer's input first), which
+    /// must not happen in the middle of handing out a post or a run.
+    private var eagerFlushes: [Peer] = []
     /// Peers holding notifications: offered a release regularly, since one held back by its user's quota (not
     /// its own queue) gets no write completion to trigger one.
     private var holding: [UInt64: Peer] = [:]
@@ -179,6 +183,7 @@ final class Broker {
         }
         recipients.removeAll(keepingCapacity: true)
         statistics.deliveries += UInt64(delivered)
+        flushEagerly()
         return (sequence, delivered)
     }
 
@@ -192,7 +197,7 @@ final class Broker {
             frame, name: name, sequence: sequence, policy: recipient.policy, subscriptionID: recipient.subscriptionID)
         switch offer {
         case .queued(let flushNow):
-            flushNow ? flush(peer) : markDirty(peer)
+            flushNow ? eagerFlushes.append(peer) : markDirty(peer)
         case .held(let held):
             count(held, for: peer)
         case .slowConsumer(let subscriptionID):
@@ -258,7 +263,10 @@ final class Broker {
     func endRun() {
         guard run.isOpen else { return }
         deliverRun()
-        guard let (poster, route) = run.close(currentGeneration: index.generation) else { return }
+        // A poster closed meanwhile has given its slot back: its route must not land in another peer's slot.
+        guard let (poster, route) = run.close(currentGeneration: index.generation), poster.phase != .closed else {
+            return
+        }
         // A poster resumes and re-parks its route once per read: list it once, not once per park.
         slots[poster.slot].parked = route
         if !slots[poster.slot].isListedAsParked {
@@ -275,13 +283,13 @@ final class Broker {
             let peer = recipient.peer
             guard peer.isOpen else { continue }
             if let flushNow = peer.queue.queueIfRoom(run.encoded) {
-                flushNow ? flush(peer) : markDirty(peer)
+                flushNow ? eagerFlushes.append(peer) : markDirty(peer)
                 delivered += count
             } else if let (flushNow, held) = peer.queue.offerRun(
                 run, policy: recipient.policy, subscriptionID: recipient.subscriptionID)
             {
                 self.count(held, for: peer)
-                flushNow ? flush(peer) : markDirty(peer)
+                flushNow ? eagerFlushes.append(peer) : markDirty(peer)
                 delivered += count
             } else {
                 for frame in run.frames where peer.isOpen {
@@ -291,6 +299,17 @@ final class Broker {
         }
         statistics.deliveries += UInt64(delivered)
         run.clearFrames()
+        flushEagerly()
+    }
+
+    /// Flushes the peers an offer asked to flush now (see ``eagerFlushes``).
+    private func flushEagerly() {
+        guard !eagerFlushes.isEmpty else { return }
+        var peers: [Peer] = []
+        swap(&peers, &eagerFlushes)
+        for peer in peers where peer.phase != .closed { flush(peer) }
+        peers.removeAll(keepingCapacity: true)
+        if eagerFlushes.isEmpty { eagerFlushes = peers }
     }
 
     // MARK: Flushing and releasing

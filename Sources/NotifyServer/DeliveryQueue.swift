@@ -37,6 +37,8 @@ struct DeliveryQueue {
     private(set) var suspendCount = 0
     private(set) var merged: UInt64 = 0
     private(set) var dropped: UInt64 = 0
+    /// The peer is gone: writes still completing must not charge its user again.
+    private var isClosed = false
 
     init(limit: Int, account: UserAccount) {
         self.limit = limit
@@ -240,13 +242,15 @@ struct DeliveryQueue {
         syncCharge()
     }
 
-    /// Gives the user's charge back (the peer is gone).
+    /// Gives the user's charge back (the peer is gone); nothing is charged from then on.
     mutating func close() {
         held = nil
         charge.release()
+        isClosed = true
     }
 
     private mutating func syncCharge() {
+        guard !isClosed else { return }
         charge.set(outbound.pendingBytes + (held?.bytes ?? 0))
     }
 }

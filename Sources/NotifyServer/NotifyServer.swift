@@ -79,7 +79,7 @@ package final class NotifyServer: Service, Sendable {
         let identityPool = NIOThreadPool(numberOfThreads: 2)
         identityPool.start()
         defer { identityPool.shutdownGracefully { _ in } }
-        let router = try await eventLoop.submit { [configuration, instanceID, logger] in
+        let broker = try await eventLoop.submit { [configuration, instanceID, logger] in
             NIOLoopBound(
                 Broker(
                     eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
@@ -87,27 +87,27 @@ package final class NotifyServer: Service, Sendable {
                 eventLoop: eventLoop)
         }.get()
 
-        self.broker.withLockedValue { $0 = router }
+        self.broker.withLockedValue { $0 = broker }
         let periodic = try await eventLoop.submit {
             [
                 eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { _ in
-                    let trim = router.value.sampleRates()
+                    let trim = broker.value.sampleRates()
                     // /proc is read on the pool; the loop only stores the answer. Freed memory is handed back to
                     // the system there too, once per quiet spell (the allocator keeps it otherwise).
                     identityPool.runIfActive(eventLoop: eventLoop) {
                         if trim { releaseFreedMemory() }
                         return Broker.residentMemory()
                     }
-                    .whenSuccess { router.value.samples.residentMemoryBytes = $0 }
+                    .whenSuccess { broker.value.samples.residentMemoryBytes = $0 }
                 },
                 eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(50), delay: .milliseconds(50)) { _ in
-                    router.value.releaseHeldPeers()
+                    broker.value.releaseHeldPeers()
                 },
             ]
         }.get()
         defer { for task in periodic { task.cancel() } }
         defer { self.broker.withLockedValue { $0 = nil } }
-        let (channel, createdPath) = try await bind(router: router)
+        let (channel, createdPath) = try await bind(broker: broker)
         // Store the listener before anyone hears that it listens, so a shutdown() from then on reaches it; a
         // shutdown() that came earlier is remembered and honoured here.
         let stopRequested = listener.withLockedValue { listener -> Bool in
@@ -134,7 +134,7 @@ package final class NotifyServer: Service, Sendable {
         listener.withLockedValue { $0.channel = nil }
         try? await channel.close().get()
 
-        await closeClients(router: router, on: eventLoop)
+        await closeClients(broker: broker, on: eventLoop)
         if let createdPath { _ = unlink(createdPath) }
         logger.info("notifyd stopped")
     }
@@ -152,34 +152,34 @@ package final class NotifyServer: Service, Sendable {
     /// Replaces the reserved prefixes and quotas while running (for a configuration reload). Connections and
     /// subscriptions stay; new requests are judged by the new rules.
     package func updateAccess(_ access: AccessConfiguration) async {
-        guard let router = broker.withLockedValue({ $0 }) else { return }
-        try? await router.eventLoop.submit { router.value.updateAccess(access) }.get()
+        guard let broker = broker.withLockedValue({ $0 }) else { return }
+        try? await broker.eventLoop.submit { broker.value.updateAccess(access) }.get()
     }
 
     /// Records that a configuration reload is over: `error` says why it failed, `nil` that it applied (call
     /// ``updateAccess(_:)`` first). The `status` answer counts reloads, so a client that signalled one can
     /// wait for it.
     package func noteReload(error: String?) async {
-        guard let router = broker.withLockedValue({ $0 }) else { return }
-        try? await router.eventLoop.submit { router.value.noteReload(error: error) }.get()
+        guard let broker = broker.withLockedValue({ $0 }) else { return }
+        try? await broker.eventLoop.submit { broker.value.noteReload(error: error) }.get()
     }
 
     /// The answer to a `status` query, or `nil` when the server is not running.
     package func status() async -> Introspection.Status? {
-        guard let router = broker.withLockedValue({ $0 }) else { return nil }
-        return try? await router.eventLoop.submit { router.value.status() }.get()
+        guard let broker = broker.withLockedValue({ $0 }) else { return nil }
+        return try? await broker.eventLoop.submit { broker.value.status() }.get()
     }
 
     /// A snapshot of connections and counters, or `nil` when the server is not running.
     package func snapshot() async -> ServerSnapshot? {
-        guard let router = broker.withLockedValue({ $0 }) else { return nil }
-        return try? await router.eventLoop.submit { router.value.snapshot() }.get()
+        guard let broker = broker.withLockedValue({ $0 }) else { return nil }
+        return try? await broker.eventLoop.submit { broker.value.snapshot() }.get()
     }
 
     /// Connections the kernel queues before the daemon accepts them (systemd's default `Backlog=`, SOMAXCONN).
     static let listenBacklog: CInt = 4096
 
-    private func bind(router: NIOLoopBound<Broker>) async throws -> (Channel, String?) {
+    private func bind(broker: NIOLoopBound<Broker>) async throws -> (Channel, String?) {
         // The listening descriptor is ours in both cases (bound here, or passed by systemd), so the accept
         // guard can accept on it itself when NIO cannot for want of descriptors.
         let (descriptor, createdPath) = try listeningDescriptor()
@@ -192,7 +192,7 @@ package final class NotifyServer: Service, Sendable {
                 _ = listen(descriptor, Self.listenBacklog)
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
-                        AcceptGuard(listeningDescriptor: descriptor, router: router, logger: logger))
+                        AcceptGuard(listeningDescriptor: descriptor, broker: broker, logger: logger))
                 }
             }
             .childChannelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
@@ -201,7 +201,7 @@ package final class NotifyServer: Service, Sendable {
                 value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20))
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: router.value))
+                    try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value))
                 }
             }
         do {
@@ -239,17 +239,17 @@ package final class NotifyServer: Service, Sendable {
         }
     }
 
-    private func closeClients(router: NIOLoopBound<Broker>, on eventLoop: EventLoop) async {
+    private func closeClients(broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async {
         let deadline = TimeAmount.nanoseconds(Int64(configuration.shutdownDeadlineSeconds * 1e9))
         let closed: EventLoopFuture<Void> = eventLoop.flatSubmit {
-            let handlers = router.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
+            let handlers = broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
             for handler in handlers { handler.serveReceivedFrames() }
             let futures = handlers.map { $0.beginShutdown() }
-            router.value.flushDirtyPeers()
+            broker.value.flushDirtyPeers()
             return EventLoopFuture.andAllComplete(futures, on: eventLoop)
         }
         let timeout = eventLoop.scheduleTask(in: deadline) {
-            for peer in router.value.peers.values { peer.forceClose() }
+            for peer in broker.value.peers.values { peer.forceClose() }
         }
         try? await closed.get()
         timeout.cancel()

@@ -69,8 +69,8 @@ final class PatternTrie {
     }
 
     /// Adds `subscriber` under `pattern`, or replaces its peer's entry there (another subscription of the peer
-    /// with the same pattern became the strongest).
-    func set(_ pattern: NotificationPattern, _ subscriber: Subscriber) {
+    /// with the same pattern became the strongest). `isNew`: the peer has no entry there yet (no search needed).
+    func set(_ pattern: NotificationPattern, _ subscriber: Subscriber, isNew: Bool = false) {
         var node = root
         for step in Self.steps(of: pattern) {
             switch step {
@@ -90,15 +90,15 @@ final class PatternTrie {
                 }
                 node = node.anyLabel!
             case .rest:
-                Self.set(subscriber, in: &node.rest, count: &count)
+                Self.set(subscriber, in: &node.rest, isNew: isNew, count: &count)
                 return
             }
         }
-        Self.set(subscriber, in: &node.terminal, count: &count)
+        Self.set(subscriber, in: &node.terminal, isNew: isNew, count: &count)
     }
 
-    private static func set(_ subscriber: Subscriber, in entries: inout [Subscriber], count: inout Int) {
-        if let index = entries.firstIndex(where: { $0.peer === subscriber.peer }) {
+    private static func set(_ subscriber: Subscriber, in entries: inout [Subscriber], isNew: Bool, count: inout Int) {
+        if !isNew, let index = entries.firstIndex(where: { $0.peer === subscriber.peer }) {
             entries[index] = subscriber
         } else {
             entries.append(subscriber)
@@ -161,8 +161,8 @@ final class PatternTrie {
     private func walk(
         from start: Node, _ name: UnsafeRawBufferPointer, labelStart: Int, _ body: (Subscriber) -> Void
     ) {
-        // Strong, not unowned(unsafe): `body` delivers, and a delivery can close a peer synchronously,
-        // which unsubscribes its patterns and may free nodes on this path while we are still walking it.
+        // Strong, not unowned(unsafe): a caller's `body` could remove patterns (it only collects today), which may
+        // free nodes on this path while we are still walking it.
         var node = start
         var labelStart = labelStart
         while labelStart <= name.count {

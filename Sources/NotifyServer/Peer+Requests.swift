@@ -96,6 +96,10 @@ extension Peer {
             reject(requestID, .tooManySubscriptions, "this connection already holds the maximum of \(limits.maxSubscriptions) subscriptions")
             return
         }
+        if let denial = account.subscriptionRefusal() {
+            reject(requestID, .quotaExceeded, denial)
+            return
+        }
         if let denial = broker.access.checkObserve(pattern, by: identity) {
             logger.notice("subscription denied", metadata: ["name": "\(pattern.text)", "reason": "\(denial.message)"])
             reject(requestID, .permissionDenied, denial.message)

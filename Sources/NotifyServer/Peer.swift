@@ -12,7 +12,12 @@ protocol PeerTransport: AnyObject {
     func stopReadingForBackPressure()
     /// Replies were drained: read requests again (the handler decides when).
     func backPressureRelieved()
-    /// Closes the connection now, discarding anything not yet written.
+    /// Whether the connection is inside its own read completion, where it must not be written to (the peer's
+    /// flush then waits for ``flushAtNextTick(_:)``).
+    var isCompletingOwnRead: Bool { get }
+    /// Runs `flush` at the next tick of the event loop (once, however often it is asked before).
+    func flushAtNextTick(_ flush: @escaping () -> Void)
+    /// Closes the connection at the next tick, discarding anything not yet written.
     func close()
     /// Runs `body` on the event loop after `delay`.
     func schedule(in delay: TimeAmount, _ body: @escaping () -> Void)
@@ -109,6 +114,8 @@ final class Peer {
 
     /// Queues a reply, and stops reading requests while replies exceed the bound.
     func reply(_ frame: ServerFrame) {
+        // A write that failed while this peer's request was being served may have closed it already.
+        guard phase != .closed else { return }
         let overBound = queue.append(frame)
         broker.markDirty(self)
         if overBound, !isBackPressured {
@@ -173,6 +180,13 @@ final class Peer {
     /// Writes and flushes everything queued since the last flush (the broker calls it once per read burst).
     func flush() {
         guard phase != .closed else { return }
+        if transport.isCompletingOwnRead {
+            transport.flushAtNextTick { [self] in
+                // Checked again: a closed peer's slot may be another peer's by then.
+                if phase != .closed { broker.flush(self) }
+            }
+            return
+        }
         if queue.hasUnflushedBytes {
             let bytes = queue.takeForWrite()
             let count = bytes.readableBytes

@@ -22,11 +22,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// off meanwhile.
     private var servingDeferred = false
     /// Inside this channel's read completion, which NIO also fires on EOF and then goes on to close the
-    /// channel's input: a write that fails there (the peer is gone) would close the whole channel under it. Writes
-    /// to this channel wait for the next tick meanwhile (writes to other channels do not).
+    /// channel's input: a write that fails there (the peer is gone) would close the whole channel under it. The
+    /// peer's flush waits for the next tick meanwhile (other peers' flushes do not); its bytes stay queued, in order.
     private var isCompletingRead = false
-    /// Writes waiting for the next tick (see ``isCompletingRead``).
-    private var deferredWrites = 0
+    /// A flush of the peer is due at the next tick.
+    private var isFlushScheduled = false
     /// Frames served through the full path, posts continuing a run, and pattern nodes visited, this turn.
     private var turnFrames = 0
     private var turnRunPosts = 0
@@ -243,9 +243,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     // MARK: PeerTransport
 
     func write(_ bytes: ByteBuffer) {
-        guard let context else { return }
-        let data = wrapOutboundOut(bytes)
-        deferIfNeeded(context) { context.writeAndFlush(data, promise: nil) }
+        context?.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
     }
 
     func whenWritten(_ body: @escaping () -> Void) {
@@ -253,21 +251,17 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         // An empty write behind the others completes once everything before it is written.
         let barrier = context.eventLoop.makePromise(of: Void.self)
         barrier.futureResult.assumeIsolated().whenComplete { _ in body() }
-        let empty = wrapOutboundOut(context.channel.allocator.buffer(capacity: 0))
-        deferIfNeeded(context) { context.writeAndFlush(empty, promise: barrier) }
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: barrier)
     }
 
-    /// Runs `write` now, or at the next tick while inside this channel's read completion, or while an earlier
-    /// write waits for that tick (writes must reach the channel in the order they were made).
-    private func deferIfNeeded(_ context: ChannelHandlerContext, _ write: @escaping () -> Void) {
-        guard isCompletingRead || deferredWrites > 0 else {
-            write()
-            return
-        }
-        deferredWrites += 1
+    var isCompletingOwnRead: Bool { isCompletingRead }
+
+    func flushAtNextTick(_ flush: @escaping () -> Void) {
+        guard !isFlushScheduled, let context else { return }
+        isFlushScheduled = true
         context.eventLoop.assumeIsolated().execute { [self] in
-            deferredWrites -= 1
-            write()
+            isFlushScheduled = false
+            flush()
         }
     }
 

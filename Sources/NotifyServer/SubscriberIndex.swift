@@ -99,10 +99,10 @@ final class SubscriberIndex {
         }
     }
 
-    /// Adds `subscriber` under `pattern`, or replaces its peer's entry there.
-    func set(_ subscriber: Subscriber, pattern: NotificationPattern) {
+    /// Adds `subscriber` under `pattern`, or replaces its peer's entry there (`isNew`: it has none yet).
+    func set(_ subscriber: Subscriber, pattern: NotificationPattern, isNew: Bool = false) {
         generation &+= 1
-        patterns.set(pattern, subscriber)
+        patterns.set(pattern, subscriber, isNew: isNew)
     }
 
     /// Removes `peer`'s entry under `pattern`.

@@ -43,8 +43,9 @@ struct SubscriptionTable {
         switch subscription {
         case .pattern(let pattern, _):
             let key = ExactName(pattern.text)
+            let isNew = patternIDs[key] == nil
             patternIDs[key, default: []].append(id)
-            index.set(strongest(of: patternIDs[key]!, peer: peer), pattern: pattern)
+            index.set(strongest(of: patternIDs[key]!, peer: peer), pattern: pattern, isNew: isNew)
         case .exact(let name, let policy):
             let key = ExactName(name)
             if repeatedExact[key] != nil {

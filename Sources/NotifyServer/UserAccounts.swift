@@ -45,8 +45,7 @@ final class UserAccount {
     /// - Returns: why the subscription is refused, or `nil`.
     func chargeSubscription(patternLabels labels: Int) -> String? {
         if !isExempt {
-            let quota = quotas.subscriptionsPerUID
-            if subscriptions >= quota { return "uid \(uid) already holds the maximum of \(quota) subscriptions" }
+            if let denial = subscriptionRefusal() { return denial }
             let labelQuota = quotas.patternLabelsPerUID
             if labels > 0, patternLabels + labels > labelQuota {
                 return "uid \(uid)'s patterns already hold \(patternLabels) labels and this one has \(labels); "
@@ -56,6 +55,14 @@ final class UserAccount {
         subscriptions += 1
         patternLabels += labels
         return nil
+    }
+
+    /// Why the user may not hold one more subscription (checked before the access rules, as a full quota is the
+    /// answer whatever the name), or `nil`.
+    func subscriptionRefusal() -> String? {
+        let quota = quotas.subscriptionsPerUID
+        guard !isExempt, subscriptions >= quota else { return nil }
+        return "uid \(uid) already holds the maximum of \(quota) subscriptions"
     }
 
     func releaseSubscriptions(_ count: Int, patternLabels labels: Int) {

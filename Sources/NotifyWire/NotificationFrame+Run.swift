@@ -8,7 +8,7 @@ extension NotificationFrame {
     /// vectors check both).
     package struct RunEncoder {
         /// Sender pid, uid and gid, then the name with its length, as encoded. Reused from run to run.
-        private var shared: [UInt8] = []
+        @usableFromInline var shared: [UInt8] = []
 
         /// An encoder with no run started (it allocates nothing until it starts one).
         package init() {}
@@ -27,15 +27,17 @@ extension NotificationFrame {
         }
 
         /// Whether `nameField` (a name's length and bytes, as `POST` carries them) is this run's name, byte for byte.
+        @inlinable
         package func hasName(_ nameField: UnsafeRawBufferPointer) -> Bool {
             guard shared.count >= 14 else { return false }
             return shared.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[12...]).bytesEqual(nameField) }
         }
 
-        /// Appends the whole `NOTIFICATION` frame of one post of the run to `buffer`.
+        /// Appends the whole `NOTIFICATION` frame of one post of the run to `buffer`. Inlinable: it runs once per
+        /// post, and inlined it is compiled in the daemon's module, which is built without dynamic exclusivity checks.
         ///
         /// - Returns: the frame's length, prefix included.
-        @discardableResult
+        @inlinable @discardableResult
         package func encode(sequence: UInt64, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer) -> Int {
             precondition(!shared.isEmpty, "encode before start")
             return shared.withUnsafeBytes { shared in

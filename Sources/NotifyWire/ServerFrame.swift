@@ -237,7 +237,7 @@ extension NotificationFrame {
     /// ``writeSenderAndName(sender:name:to:)``): the one encoder of `NOTIFICATION`, in one reservation.
     ///
     /// - Returns: the frame's length, prefix included.
-    @discardableResult
+    @inlinable @discardableResult
     static func encode(
         sequence: UInt64, senderAndName shared: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer,
         into buffer: inout ByteBuffer
