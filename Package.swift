@@ -3,8 +3,10 @@ import PackageDescription
 
 // The daemon's hot path touches class properties and NIO's inlined ByteBuffer code several times per delivery;
 // in release builds the run-time exclusivity checks on those accesses are a large share of its CPU
-// (Benchmarks/BENCHMARKS.md, F1). Debug builds and every test keep the checks, so a violation still fails
-// `make test`; the client library never takes this flag.
+// (Benchmarks/BENCHMARKS.md, F1, F18). NotifyWire takes the flag too, since the daemon runs its frame accumulator
+// and run encoder once per post (it is value code over ByteBuffer: no state of its own to check). Debug builds and
+// every test keep the checks, so a violation still fails `make test`; the client library's own module never
+// takes this flag.
 let daemonHotPathSettings: [SwiftSetting] = [
     .unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))
 ]
@@ -31,7 +33,8 @@ let package = Package(
         // The wire protocol: frames, names, limits, error codes. No I/O.
         .target(
             name: "NotifyWire",
-            dependencies: [.product(name: "NIOCore", package: "swift-nio")]
+            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: daemonHotPathSettings
         ),
         // The daemon's core: registry, routing, delivery, NIO handlers.
         .target(

@@ -60,10 +60,10 @@ final class Broker {
     private var recipients: [Recipient] = []
     /// Peers with bytes appended since their last flush.
     private var dirty: [Peer] = []
-    /// Peers with enough queued to flush before the burst ends, flushed once the fan-out at hand is over: a flush
-    /// can re-enter the broker (a write that fails makes NIO read the rest of that peer's input first), which
-    /// must not happen in the middle of handing out a post or a run.
-    private var eagerFlushes: [Peer] = []
+    /// Set while a post or a run is handed out. A flush inside it can make NIO read another peer's input (a write
+    /// that fails is followed by reading what the peer sent before it went): that peer's handler keeps those
+    /// frames for the next turn rather than re-enter the broker mid-fan-out.
+    private(set) var isRouting = false
     /// Peers holding notifications: offered a release regularly, since one held back by its user's quota (not
     /// its own queue) gets no write completion to trigger one.
     private var holding: [UInt64: Peer] = [:]
@@ -178,12 +178,13 @@ final class Broker {
                 nameByteCount: name.utf8.count, payloadByteCount: payload.readableBytes))
         NotificationFrame.encode(sequence: sequence, sender: sender, name: name, payload: payload, into: &frame)
         var delivered: UInt32 = 0
+        isRouting = true
         for recipient in recipients where offer(frame, name: name, sequence: sequence, to: recipient) {
             delivered += 1
         }
+        isRouting = false
         recipients.removeAll(keepingCapacity: true)
         statistics.deliveries += UInt64(delivered)
-        flushEagerly()
         return (sequence, delivered)
     }
 
@@ -197,7 +198,7 @@ final class Broker {
             frame, name: name, sequence: sequence, policy: recipient.policy, subscriptionID: recipient.subscriptionID)
         switch offer {
         case .queued(let flushNow):
-            flushNow ? eagerFlushes.append(peer) : markDirty(peer)
+            flushNow ? flush(peer) : markDirty(peer)
         case .held(let held):
             count(held, for: peer)
         case .slowConsumer(let subscriptionID):
@@ -279,17 +280,19 @@ final class Broker {
         guard !run.frames.isEmpty else { return }
         var delivered = 0
         let count = run.frames.count
+        isRouting = true
+        defer { isRouting = false }
         for recipient in run.recipients {
             let peer = recipient.peer
             guard peer.isOpen else { continue }
             if let flushNow = peer.queue.queueIfRoom(run.encoded) {
-                flushNow ? eagerFlushes.append(peer) : markDirty(peer)
+                flushNow ? flush(peer) : markDirty(peer)
                 delivered += count
             } else if let (flushNow, held) = peer.queue.offerRun(
                 run, policy: recipient.policy, subscriptionID: recipient.subscriptionID)
             {
                 self.count(held, for: peer)
-                flushNow ? eagerFlushes.append(peer) : markDirty(peer)
+                flushNow ? flush(peer) : markDirty(peer)
                 delivered += count
             } else {
                 for frame in run.frames where peer.isOpen {
@@ -299,17 +302,6 @@ final class Broker {
         }
         statistics.deliveries += UInt64(delivered)
         run.clearFrames()
-        flushEagerly()
-    }
-
-    /// Flushes the peers an offer asked to flush now (see ``eagerFlushes``).
-    private func flushEagerly() {
-        guard !eagerFlushes.isEmpty else { return }
-        var peers: [Peer] = []
-        swap(&peers, &eagerFlushes)
-        for peer in peers where peer.phase != .closed { flush(peer) }
-        peers.removeAll(keepingCapacity: true)
-        if eagerFlushes.isEmpty { eagerFlushes = peers }
     }
 
     // MARK: Flushing and releasing

@@ -117,6 +117,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         guard let peer, peer.isServing else { return }
         accumulator.append(unwrapInboundIn(data))
         guard !awaitingIdentity, !servingDeferred else { return }
+        guard !broker.isRouting else {
+            // Read while the broker hands out another peer's post (see Broker.isRouting): next turn.
+            deferServing()
+            return
+        }
         serveBufferedFrames(peer)
     }
 
