@@ -20,9 +20,11 @@ struct OutboundBuffer: Sendable {
     }
 
     /// Appends a `POST` nobody waits on, encoded straight from the caller's bytes; returns as ``append(_:)``.
+    /// (No flags is `PostFlags(rawValue: 0)`, not `[]`: the array literal went through the standard library's
+    /// generic `SetAlgebra` code, unspecialised, on every post.)
     mutating func appendPost(name: String, payload: UnsafeRawBufferPointer, retain: Bool) -> Bool {
         ClientFrame.Post.encode(
-            requestID: makeUnacknowledgedPostID(), flags: retain ? .retain : [], name: name, payload: payload,
+            requestID: makeUnacknowledgedPostID(), flags: retain ? .retain : PostFlags(rawValue: 0), name: name, payload: payload,
             into: &bytes)
         return claimFlush()
     }
