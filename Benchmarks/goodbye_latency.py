@@ -5,11 +5,10 @@ never reads, queue(100000)) holds notifications from 1,000,000 posts of 16 bytes
 usage: goodbye_latency.py SOCKET DAEMON_PID   (a release daemon started just before, nothing else connected)"""
 import socket, struct, sys, time, os, signal, subprocess
 sock_path, pid = sys.argv[1], int(sys.argv[2])
-def frame(t, body): return struct.pack(">IB", len(body)+1, t) + body
-def s16(b): return struct.pack(">H", len(b)) + b
+from wire import frame, hello, s16
 def conn(name):
     s = socket.socket(socket.AF_UNIX); s.connect(sock_path)
-    s.sendall(frame(1, struct.pack(">HI", 1, 0) + s16(name))); return s
+    s.sendall(hello(name)); return s
 def readall_frames(s, want_type, timeout):
     s.settimeout(timeout); buf=b""
     while True:

@@ -9,8 +9,7 @@ usage: pattern_cost.py SOCKET DAEMON_PID COUNT LABELS MODE
 Run as root (exempt from pattern-labels-per-uid), against a release daemon with nothing else connected."""
 import socket, struct, sys, time
 sock_path, pid, count, labels, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-def frame(t, body): return struct.pack(">IB", len(body)+1, t) + body
-def s16(b): return struct.pack(">H", len(b)) + b
+from wire import frame, hello, s16
 def rss():
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"): return int(line.split()[1]) * 1024
@@ -20,7 +19,7 @@ def cpu():
 class C:
     def __init__(s):
         s.s = socket.socket(socket.AF_UNIX); s.s.connect(sock_path); s.buf = b""
-        s.s.sendall(frame(1, struct.pack(">HI", 1, 0) + s16(b"patmem"))); s.read()
+        s.s.sendall(hello(b"patmem")); s.read()
     def read(s):
         while True:
             if len(s.buf) >= 4:

@@ -10,16 +10,10 @@ retained-bytes-per-uid with retained payloads, prints one JSON line with what it
 is taken, for the same uid's flood poster and stopped subscriber."""
 import json, socket, struct, sys, time
 
+from wire import frame, hello, s16
+
 path = sys.argv[1]
 spare = int(sys.argv[2]) if len(sys.argv) > 2 else 0
-
-
-def frame(kind, body):
-    return struct.pack(">IB", len(body) + 1, kind) + body
-
-
-def s16(data):
-    return struct.pack(">H", len(data)) + data
 
 
 class Connection:
@@ -28,7 +22,7 @@ class Connection:
         self.sock.connect(path)
         self.sock.settimeout(30)
         self.buffer = b""
-        self.sock.sendall(frame(1, struct.pack(">HI", 1, 0) + s16(b"quota-attacker")))
+        self.sock.sendall(hello(b"quota-attacker"))
 
     def read(self):
         while True:

@@ -18,6 +18,8 @@ the daemon has one connection left: its own. It fails (exit 1) unless, after the
 Prints one JSON line with the figures."""
 import argparse, json, os, random, resource, selectors, signal, socket, struct, subprocess, sys, tempfile, time
 
+from wire import frame, hello, s16
+
 parser = argparse.ArgumentParser()
 parser.add_argument("notifyd")
 parser.add_argument("--clients", type=int, default=1000)
@@ -35,18 +37,6 @@ rng = random.Random(args.seed)
 # One descriptor per client, here and in the daemon (which raises its own soft limit).
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def frame(kind, body):
-    return struct.pack(">IB", len(body) + 1, kind) + body
-
-
-def s16(data):
-    return struct.pack(">H", len(data)) + data
-
-
-def hello(name):
-    return frame(0x01, struct.pack(">HI", 1, 0) + s16(name))
 
 
 NAMES = [f"soak.n{i}".encode() for i in range(2000)]
@@ -125,11 +115,12 @@ def query_status(path):
 
 STOPPABLE_CODE = r"""
 import socket, struct, sys
+sys.path.insert(0, sys.argv[2])
+from wire import frame, hello, s16
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-def frame(k, b): return struct.pack(">IB", len(b) + 1, k) + b
-s.sendall(frame(1, struct.pack(">HI", 1, 0) + struct.pack(">H", 4) + b"stop"))
+s.sendall(hello(b"stop"))
 for i, (p, policy, limit) in enumerate([(b"soak.>", 0, 0), (b"soak.*", 1, 1000), (b"soak.n1", 1, 4294967295)]):
-    s.sendall(frame(2, struct.pack(">IIBBI", i + 1, i + 1, 0, policy, limit) + struct.pack(">H", len(p)) + p))
+    s.sendall(frame(2, struct.pack(">IIBBI", i + 1, i + 1, 0, policy, limit) + s16(p)))
 while s.recv(1 << 16):
     pass
 """
@@ -167,7 +158,8 @@ def soak_round(operations):
     until the daemon has only the status connection left. Returns the status with clients connected (before the
     operations) and the status after, once the daemon had a quiet moment to hand freed memory back."""
     global clients, selector, pending, reconnects, closed_by_daemon, operations_seconds
-    stoppable = [subprocess.Popen([sys.executable, "-c", STOPPABLE_CODE, path]) for _ in range(args.stoppable)]
+    here = os.path.dirname(os.path.abspath(__file__))
+    stoppable = [subprocess.Popen([sys.executable, "-c", STOPPABLE_CODE, path, here]) for _ in range(args.stoppable)]
     stopped = set()
     clients = [Client(path, i) for i in range(args.clients)]
     for c in clients:
