@@ -200,7 +200,7 @@ final class Broker {
         case .queued(let flushNow):
             flushNow ? flush(peer) : markDirty(peer)
         case .held(let held):
-            count(held, for: peer)
+            tally(held, for: peer)
         case .slowConsumer(let subscriptionID):
             statistics.slowConsumerDisconnects += 1
             peer.disconnectSlowConsumer(subscriptionID: subscriptionID)
@@ -209,7 +209,7 @@ final class Broker {
         return true
     }
 
-    private func count(_ held: DeliveryQueue.Held, for peer: Peer) {
+    private func tally(_ held: DeliveryQueue.Held, for peer: Peer) {
         statistics.merged += held.merged
         statistics.dropped += held.dropped
         if held.startedHolding {
@@ -291,7 +291,7 @@ final class Broker {
             } else if let (flushNow, held) = peer.queue.offerRun(
                 run, policy: recipient.policy, subscriptionID: recipient.subscriptionID)
             {
-                self.count(held, for: peer)
+                tally(held, for: peer)
                 flushNow ? flush(peer) : markDirty(peer)
                 delivered += count
             } else {
