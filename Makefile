@@ -74,9 +74,23 @@ test-systemd: deps
 	NOTIFYD_SYSTEMD_CACHE=$(SYSTEMD_TEST_CACHE) Tests/Systemd/boot.sh "$(BIN_DIR)"
 
 ## docs: the DocC documentation of the Notify library (Sources/Notify/Notify.docc), warnings as errors, so a
-## broken link or an undocumented parameter fails `make test`. Output: .build/plugins/Swift-DocC/outputs/.
+## broken link or an undocumented parameter fails `make test`. Output: .build-docs/Notify.doccarchive.
+## The symbol graph comes from the compiler (-emit-symbol-graph), and DocC runs directly: swift-docc-plugin's
+## extractor leaves out what Notify re-exports from NotifyTypes (ErrorCode, InstanceID, ...;
+## swiftlang/swift-docc-plugin#113), so `swift package generate-documentation` would miss those types.
+## The build is fresh each time, since an up-to-date module emits no graph.
+DOCS_SCRATCH ?= .build-docs
+DOCC ?= $(dir $(shell command -v $(SWIFT)))docc
 docs: deps
-	$(SWIFT) package --disable-sandbox generate-documentation --target Notify --warnings-as-errors
+	rm -rf $(DOCS_SCRATCH)
+	$(SWIFT) build --target Notify --scratch-path $(DOCS_SCRATCH) -Xswiftc -emit-symbol-graph \
+	  -Xswiftc -emit-symbol-graph-dir -Xswiftc $(CURDIR)/$(DOCS_SCRATCH)/symbol-graphs \
+	  -Xswiftc -symbol-graph-minimum-access-level -Xswiftc public
+	mkdir -p $(DOCS_SCRATCH)/notify-symbol-graph
+	cp $(DOCS_SCRATCH)/symbol-graphs/Notify.symbols.json $(DOCS_SCRATCH)/notify-symbol-graph/
+	$(DOCC) convert \
+	  Sources/Notify/Notify.docc --additional-symbol-graph-dir $(DOCS_SCRATCH)/notify-symbol-graph \
+	  --warnings-as-errors --output-path $(DOCS_SCRATCH)/Notify.doccarchive
 
 ## sanitize: the client-library and integration tests (real processes) built with ThreadSanitizer. The daemon
 ## load and packaging suites (SlowSubscriberTests, NotifyctlIntrospectionTests, UIDTests, Systemd*) are left out: they post hundreds of thousands of

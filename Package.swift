@@ -26,14 +26,14 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-atomics.git", from: "1.3.0"),
-        // Documentation only: `swift package generate-documentation --target Notify`.
-        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // The wire protocol: frames, names, limits, error codes. No I/O.
+        // The vocabulary the daemon and clients share, public: `Notify` re-exports it.
+        .target(name: "NotifyTypes", swiftSettings: daemonHotPathSettings),
         .target(
             name: "NotifyWire",
-            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["NotifyTypes", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: daemonHotPathSettings
         ),
         // The daemon's core: registry, routing, delivery, NIO handlers.

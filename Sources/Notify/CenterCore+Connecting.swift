@@ -121,7 +121,7 @@ extension CenterCore {
             metadata: ["instance": "\(welcome.instanceID)", "daemonRestarted": "\(welcomed.daemonRestarted)"])
         // The event first: a stream made once `connect()`/`waitUntilConnected()` returned starts after this
         // connection's event, rather than getting it or not depending on which thread ran first.
-        emit(.connected(daemonRestarted: welcomed.daemonRestarted, instanceID: InstanceID(welcome.instanceID)))
+        emit(.connected(daemonRestarted: welcomed.daemonRestarted, instanceID: welcome.instanceID))
         for waiter in welcomed.waiters { waiter.resume() }
     }
 

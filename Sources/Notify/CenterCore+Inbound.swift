@@ -79,7 +79,7 @@ extension CenterCore {
             }
             return request
         }
-        request?.complete(with: .failure(NotifyError.rejected(code: error.code.map(ErrorCode.init), message: error.message)))
+        request?.complete(with: .failure(NotifyError.rejected(code: error.code, message: error.message)))
         switch request {
         case .caller:
             break

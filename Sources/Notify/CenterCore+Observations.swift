@@ -10,7 +10,7 @@ extension CenterCore {
         do {
             pattern = try NotificationPattern(patternText)
         } catch {
-            throw NotifyError.invalidName(NameError(error))
+            throw NotifyError.invalidName(error)
         }
         let key = SubscriptionKey(pattern: patternText, policy: options.policy)
         let isLocal = NotificationName.isProcessLocal(patternText)

@@ -43,7 +43,7 @@ struct ConnectionStateMachine<Connection: Identifiable, Waiter> {
     private var closingError: ErrorFrame?
     /// The `GOODBYE` the daemon sent on the current connection: it is shutting down gracefully.
     private var goodbye: GoodbyeFrame?
-    private var lastInstanceID: NotifyWire.InstanceID?
+    private var lastInstanceID: InstanceID?
     /// The socket appeared while an attempt was under way: should that attempt fail, the next one starts at
     /// once (the attempt may have raced the daemon's `listen`/`rename`).
     private var socketAppearedDuringAttempt = false

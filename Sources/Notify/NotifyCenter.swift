@@ -76,7 +76,7 @@ public final class NotifyCenter: Sendable {
         do {
             try NotificationName.validate(name)
         } catch {
-            throw NotifyError.invalidName(NameError(error))
+            throw NotifyError.invalidName(error)
         }
     }
 
@@ -85,7 +85,7 @@ public final class NotifyCenter: Sendable {
         do {
             _ = try NotificationPattern(pattern)
         } catch {
-            throw NotifyError.invalidName(NameError(error))
+            throw NotifyError.invalidName(error)
         }
     }
 

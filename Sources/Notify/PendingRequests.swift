@@ -100,7 +100,7 @@ struct PendingRequests: Sendable {
         defer { rejectedSubscriptions.removeAll() }
         guard let first = rejectedSubscriptions.first else { return (request, .success(.pong)) }
         let error = NotifyError.rejected(
-            code: first.error.code.map(ErrorCode.init), message: "subscribing to \(first.pattern): \(first.error.message)")
+            code: first.error.code, message: "subscribing to \(first.pattern): \(first.error.message)")
         return (request, .failure(error))
     }
 

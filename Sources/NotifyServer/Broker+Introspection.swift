@@ -39,7 +39,7 @@ extension Broker {
         samples.lastReloadError = error
     }
 
-    func status() -> Introspection.Status {
+    func status() -> DaemonStatus {
         var postsPerSecond = 0.0
         var deliveriesPerSecond = 0.0
         if let first = samples.rates.first, let last = samples.rates.last, last.time > first.time {
@@ -48,7 +48,7 @@ extension Broker {
             deliveriesPerSecond = Double(last.deliveries - first.deliveries) / seconds
         }
         let clients = peers.values
-        return Introspection.Status(
+        return DaemonStatus(
             version: NotifyServer.version, instanceID: instanceID.description, pid: daemonPID,
             uptimeSeconds: Double((NIODeadline.now() - startTime).nanoseconds) / 1e9,
             connections: clients.count, subscriptions: clients.reduce(0) { $0 + $1.subscriptionCount },
@@ -69,7 +69,7 @@ extension Broker {
     }
 
     /// Names that `identity` may observe, optionally only those matching `pattern`.
-    func names(matching pattern: NotificationPattern?, visibleTo identity: AccessControl.Identity) -> [Introspection.Name] {
+    func names(matching pattern: NotificationPattern?, visibleTo identity: AccessControl.Identity) -> [DaemonName] {
         var all = Set(index.exactNames)
         all.formUnion(store.states.keys)
         all.formUnion(store.retained.keys)
@@ -77,14 +77,14 @@ extension Broker {
             .filter { mayObserve($0.string, identity) }
             .sorted { $0.string.utf8.lexicographicallyPrecedes($1.string.utf8) }
             .map { name in
-                Introspection.Name(
+                DaemonName(
                     name: name.string, subscribers: index.subscriberCount(of: name), state: store.states[name]?.value,
                     hasRetained: store.retained[name] != nil)
             }
     }
 
     /// Clients visible to `uid`: all of them for root, the user's own otherwise.
-    func clients(visibleTo uid: UInt32) -> [Introspection.Client] {
+    func clients(visibleTo uid: UInt32) -> [DaemonClient] {
         peers.values
             .filter { uid == 0 || $0.credentials.uid == uid }
             .sorted { $0.number < $1.number }

@@ -165,7 +165,7 @@ package final class NotifyServer: Service, Sendable {
     }
 
     /// The answer to a `status` query, or `nil` when the server is not running.
-    package func status() async -> Introspection.Status? {
+    package func status() async -> DaemonStatus? {
         guard let broker = broker.withLockedValue({ $0 }) else { return nil }
         return try? await broker.eventLoop.submit { broker.value.status() }.get()
     }

@@ -261,8 +261,8 @@ final class Peer {
 
     // MARK: Introspection
 
-    func introspection() -> Introspection.Client {
-        Introspection.Client(
+    func introspection() -> DaemonClient {
+        DaemonClient(
             connection: number, pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
             command: command, clientName: clientName, subscriptions: subscriptions.count,
             pendingBytes: queue.pendingBytes, heldBytes: queue.heldBytes, suspended: queue.isSuspended,

@@ -26,20 +26,14 @@ extension NotificationFrame {
         @inlinable
         package init?(fields: UnsafeRawBufferPointer) {
             // sequence u64, sender pid/uid/gid u32 ×3, name (u16 + bytes), payload (u32 + bytes)
-            let nameStart = 8 + 12 + 2
-            guard fields.count >= nameStart else { return nil }
-            let nameLength = Int(fields[nameStart - 2]) << 8 | Int(fields[nameStart - 1])
-            let payloadStart = nameStart + nameLength + 4
-            guard fields.count >= payloadStart else { return nil }
-            let declaredPayload = fields.loadUnaligned(fromByteOffset: payloadStart - 4, as: UInt32.self).bigEndian
-            guard UInt64(declaredPayload) == UInt64(fields.count - payloadStart) else { return nil }
+            guard let tail = NamePayloadTail.locate(in: fields, nameStart: 8 + 12 + 2) else { return nil }
             sequence = fields.loadUnaligned(fromByteOffset: 0, as: UInt64.self).bigEndian
             sender = SenderCredentials(
                 pid: fields.loadUnaligned(fromByteOffset: 8, as: UInt32.self).bigEndian,
                 uid: fields.loadUnaligned(fromByteOffset: 12, as: UInt32.self).bigEndian,
                 gid: fields.loadUnaligned(fromByteOffset: 16, as: UInt32.self).bigEndian)
-            name = UnsafeRawBufferPointer(rebasing: fields[nameStart..<(nameStart + nameLength)])
-            payload = UnsafeRawBufferPointer(rebasing: fields[payloadStart...])
+            name = UnsafeRawBufferPointer(rebasing: fields[tail.name])
+            payload = UnsafeRawBufferPointer(rebasing: fields[tail.payloadStart...])
         }
     }
 }

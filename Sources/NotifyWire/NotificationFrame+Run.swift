@@ -67,16 +67,10 @@ extension ClientFrame {
         @inlinable
         package init?(fields: UnsafeRawBufferPointer) {
             // request_id u32, flags u8, name (u16 + bytes), payload (u32 + bytes)
-            let nameStart = 4 + 1 + 2
-            guard fields.count >= nameStart else { return nil }
-            let nameLength = Int(fields[nameStart - 2]) << 8 | Int(fields[nameStart - 1])
-            let payloadStart = nameStart + nameLength + 4
-            guard fields.count >= payloadStart else { return nil }
-            let declared = fields.loadUnaligned(fromByteOffset: payloadStart - 4, as: UInt32.self).bigEndian
-            guard UInt64(declared) == UInt64(fields.count - payloadStart) else { return nil }
+            guard let tail = NamePayloadTail.locate(in: fields, nameStart: 4 + 1 + 2) else { return nil }
             flags = fields[4]
-            nameField = UnsafeRawBufferPointer(rebasing: fields[(nameStart - 2)..<(nameStart + nameLength)])
-            payload = UnsafeRawBufferPointer(rebasing: fields[payloadStart...])
+            nameField = UnsafeRawBufferPointer(rebasing: fields[(tail.name.lowerBound - 2)..<tail.name.upperBound])
+            payload = UnsafeRawBufferPointer(rebasing: fields[tail.payloadStart...])
         }
     }
 }

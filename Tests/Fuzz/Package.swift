@@ -10,14 +10,16 @@ import PackageDescription
 // The root package exports only the `Notify` library product, whose API is its own types: NotifyWire and
 // NotifyServer have `package` access, which no other package can use. So this package compiles them from the root
 // package's sources through symbolic links (the same files, never copies): `FuzzedNotifyWire` is Sources/NotifyWire
-// (Sources/NotifyWire -> ../../../Sources/NotifyWire), and `ConfigurationUnderTest` is NotifyServer's
+// (Sources/NotifyWire -> ../../../Sources/NotifyWire; NotifyTypes, which it re-exports, likewise), and `ConfigurationUnderTest` is NotifyServer's
 // `AccessConfiguration.swift`.
 //
 // A target may not be named NotifyWire here, as the root package's NotifyWire is in the graph too (the `Notify`
 // product depends on it; only FuzzTypedMessage, which fuzzes Notify's public API, uses that product), and SwiftPM's
 // `moduleAliases` does not reach a target that is not a product. So the targets that fuzz the protocol, and
 // `AccessConfiguration.swift`, read `import NotifyWire` as `FuzzedNotifyWire` (`-module-alias`).
-let wireAlias: [SwiftSetting] = [.unsafeFlags(["-module-alias", "NotifyWire=FuzzedNotifyWire"])]
+let wireAlias: [SwiftSetting] = [
+    .unsafeFlags(["-module-alias", "NotifyWire=FuzzedNotifyWire", "-module-alias", "NotifyTypes=FuzzedNotifyTypes"])
+]
 let fuzzDependencies: [Target.Dependency] = [
     "FuzzSupport",
     "FuzzedNotifyWire",
@@ -38,10 +40,12 @@ let package = Package(
             name: "FuzzSupport",
             dependencies: ["CLibFuzzer", .product(name: "NIOCore", package: "swift-nio")]
         ),
-        // The wire protocol, from the root package's sources (a symbolic link to ../../Sources/NotifyWire).
+        // The wire protocol and the vocabulary it re-exports, from the root package's sources (symbolic links to
+        // ../../Sources/NotifyWire and ../../Sources/NotifyTypes).
+        .target(name: "FuzzedNotifyTypes", path: "Sources/NotifyTypes"),
         .target(
             name: "FuzzedNotifyWire",
-            dependencies: [.product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["FuzzedNotifyTypes", .product(name: "NIOCore", package: "swift-nio")],
             path: "Sources/NotifyWire",
             swiftSettings: wireAlias
         ),

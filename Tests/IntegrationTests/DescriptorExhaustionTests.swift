@@ -86,7 +86,7 @@ extension Integration {
                     if case .welcome(let connection) = try await Self.greet(scope.socketPath) { recovered = connection }
                     return recovered != nil ? true : nil
                 }
-                let status = try await #require(recovered).query(Introspection.Status.self, .status)
+                let status = try await #require(recovered).query(DaemonStatus.self, .status)
                 let refused = try #require(status.connectionsRefused)
                 let failures = try #require(status.acceptFailures)
                 #expect(refused >= 22, "connections_refused \(refused)")
@@ -114,7 +114,7 @@ extension Integration {
                 try await greedy.setReading(false)
                 let watcher = try await TestClient.connect(to: scope.socketPath, name: "watcher")
                 try await watcher.hello()
-                let answer = try await watcher.query(Introspection.Status.self, .status)
+                let answer = try await watcher.query(DaemonStatus.self, .status)
                 var frames = ByteBuffer()
                 // Small enough for the socket's buffer (the daemon stops reading this client), answers ≈ 1.5 MB.
                 for index in 1...2_000 {
@@ -125,7 +125,7 @@ extension Integration {
                 var readings: [Int] = []
                 _ = try await poll("the greedy client's pending bytes to settle", timeout: 20, interval: .milliseconds(50)) {
                     () throws -> Bool? in
-                    let clients = try await watcher.query([Introspection.Client].self, .clients)
+                    let clients = try await watcher.query([DaemonClient].self, .clients)
                     guard let entry = clients.first(where: { $0.clientName == "greedy" }) else { return nil }
                     readings.append(entry.pendingBytes)
                     return readings.count >= 3 && readings.suffix(3).allSatisfy({ $0 == entry.pendingBytes }) ? true : nil

@@ -155,7 +155,7 @@ extension Integration {
                     try await root.hello()
                     roots.append(root)
                 }
-                let status = try await roots[0].query(Introspection.Status.self, .status)
+                let status = try await roots[0].query(DaemonStatus.self, .status)
                 if status.connections != 256 + 1 + 300 { problems.append("status reports \(status.connections) connections") }
                 for connection in open + roots + [nobody] { await connection.close() }
                 let outcome = problems

@@ -321,11 +321,11 @@ struct AccessRuleTests {
             let root = try await server.connect("root")
             try await alice.setState("com.example.secret.key", 42)
             try await alice.setState("com.example.open.x", 1)
-            let seenByBob = try await bob.query([Introspection.Name].self, .names, "com.example.>").map(\.name)
+            let seenByBob = try await bob.query([DaemonName].self, .names, "com.example.>").map(\.name)
             #expect(seenByBob == ["com.example.open.x"], "bob may not read com.example.secret.key's state, so names must not show it")
-            let seenByOwner = try await alice.query([Introspection.Name].self, .names, "com.example.>").map(\.name)
+            let seenByOwner = try await alice.query([DaemonName].self, .names, "com.example.>").map(\.name)
             #expect(seenByOwner == ["com.example.open.x", "com.example.secret.key"])
-            let seenByRoot = try await root.query([Introspection.Name].self, .names).map(\.name)
+            let seenByRoot = try await root.query([DaemonName].self, .names).map(\.name)
             #expect(seenByRoot == ["com.example.open.x", "com.example.secret.key"])
         }
     }

@@ -59,7 +59,7 @@ struct BackPressureTests {
     }
 
     /// The daemon's counters (merged, dropped, held bytes, slow-consumer disconnects), which the snapshot lacks.
-    private static func status(_ server: TestServer) async throws -> Introspection.Status {
+    private static func status(_ server: TestServer) async throws -> DaemonStatus {
         try #require(await server.server.status(), "the server is running, so it has a status")
     }
 

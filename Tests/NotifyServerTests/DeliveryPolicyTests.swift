@@ -60,7 +60,7 @@ struct DeliveryPolicyTests {
             let status = try await server.status()
             #expect(status.merged == 18)
             #expect(status.dropped == 0)
-            let clients = try await client.query([Introspection.Client].self, .clients)
+            let clients = try await client.query([DaemonClient].self, .clients)
             #expect(clients.first?.merged == 18)
         }
     }
@@ -200,7 +200,7 @@ struct DeliveryPolicyTests {
             #expect(status.outboundBytes <= limit, "pending bytes stay within the bound")
             #expect(status.heldBytes > 0 && status.heldBytes <= names.count * 1_100, "one held frame per name at most")
             #expect(status.merged > 0)
-            let entry = try await poster.query([Introspection.Client].self, .clients).first { $0.clientName == "stalled" }
+            let entry = try await poster.query([DaemonClient].self, .clients).first { $0.clientName == "stalled" }
             #expect(entry?.pendingBytes ?? .max <= limit)
             #expect(entry?.heldBytes == status.heldBytes)
 

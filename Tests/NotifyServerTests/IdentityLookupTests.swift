@@ -93,10 +93,10 @@ struct IdentityLookupTests {
         }
     }
 
-    private static func clients(of client: TestClient) async throws -> [Introspection.Client] {
+    private static func clients(of client: TestClient) async throws -> [DaemonClient] {
         try await client.send(.query(requestID: 99, kind: QueryKind.clients.rawValue, argument: ""))
         guard case .queryResult(99, let json) = try await client.next() else { throw TestFailure("expected QUERY_RESULT") }
-        return try JSONDecoder().decode([Introspection.Client].self, from: Data(json.readableBytesView))
+        return try JSONDecoder().decode([DaemonClient].self, from: Data(json.readableBytesView))
     }
 
     @Test("A user's groups are found once: its next connection is served while a command lookup hangs")

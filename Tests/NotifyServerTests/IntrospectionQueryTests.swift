@@ -44,7 +44,7 @@ struct IntrospectionQueryTests {
 
             let object = try #require(try await alice.queryJSON(.status) as? [String: Any])
             #expect(Set(object.keys) == Self.statusKeys)
-            let status = try await alice.query(Introspection.Status.self, .status)
+            let status = try await alice.query(DaemonStatus.self, .status)
             #expect(status.version == NotifyServer.version)
             #expect(status.instanceID == bobWelcome.instanceID.description)
             #expect(status.instanceID.count == 32 && status.instanceID.allSatisfy(\.isHexDigit))
@@ -77,7 +77,7 @@ struct IntrospectionQueryTests {
             try await alice.post("org.example.c", "x", retain: true)
             try await alice.setState("net.example", 2)
 
-            let all = try await bob.query([Introspection.Name].self, .names)
+            let all = try await bob.query([DaemonName].self, .names)
             #expect(
                 all == [
                     .init(name: "net.example", subscribers: 0, state: 2, hasRetained: false),
@@ -85,9 +85,9 @@ struct IntrospectionQueryTests {
                     .init(name: "org.example.b", subscribers: 2, state: nil, hasRetained: false),
                     .init(name: "org.example.c", subscribers: 0, state: nil, hasRetained: true),
                 ])
-            let filtered = try await bob.query([Introspection.Name].self, .names, "org.example.*")
+            let filtered = try await bob.query([DaemonName].self, .names, "org.example.*")
             #expect(filtered.map(\.name) == ["org.example.a", "org.example.b", "org.example.c"])
-            #expect(try await bob.query([Introspection.Name].self, .names, "nothing.>").isEmpty)
+            #expect(try await bob.query([DaemonName].self, .names, "nothing.>").isEmpty)
 
             let raw = try #require(try await bob.queryJSON(.names, "org.example.b") as? [[String: Any]])
             #expect(raw.count == 1)
@@ -111,7 +111,7 @@ struct IntrospectionQueryTests {
             try await alice2.expectOK("SUSPEND") { .suspend(requestID: $0) }
             try await root.subscribe("org.example.a", id: 1)
 
-            let everyone = try await root.query([Introspection.Client].self, .clients)
+            let everyone = try await root.query([DaemonClient].self, .clients)
             #expect(everyone.map(\.clientName) == ["root-client", "alice-1", "alice-2", "bob"], "in connection order")
             #expect(everyone.map(\.uid) == [0, 4201, 4201, 4202])
             #expect(everyone.map(\.gid) == [0, 4301, 4301, 4302])
@@ -122,9 +122,9 @@ struct IntrospectionQueryTests {
             #expect(everyone.map(\.subscriptions) == [1, 2, 0, 0])
             #expect(everyone.map(\.suspended) == [false, false, true, false])
 
-            let seenByAlice = try await alice2.query([Introspection.Client].self, .clients)
+            let seenByAlice = try await alice2.query([DaemonClient].self, .clients)
             #expect(seenByAlice.map(\.clientName) == ["alice-1", "alice-2"], "only uid 4201's connections, its own included")
-            let seenByBob = try await bob.query([Introspection.Client].self, .clients)
+            let seenByBob = try await bob.query([DaemonClient].self, .clients)
             #expect(seenByBob.map(\.clientName) == ["bob"])
 
             let raw = try #require(try await bob.queryJSON(.clients) as? [[String: Any]])

@@ -44,7 +44,7 @@ struct QueryPartsTests {
                 default: throw TestFailure("expected QUERY_RESULT_PART or QUERY_RESULT for request 9, got \(frame.summary)")
                 }
                 #expect(1 + 4 + 4 + json.readableBytes <= Int(welcome.limits.maxFrameLength))
-                let entries = try JSONDecoder().decode([Introspection.Name].self, from: Data(json.readableBytesView))
+                let entries = try JSONDecoder().decode([DaemonName].self, from: Data(json.readableBytesView))
                 listed += entries.map(\.name)
                 if isLast { break }
                 parts += 1

@@ -122,7 +122,7 @@ struct QuotaTests {
             try await DeliveryPolicyTests.flood(
                 server: server, poster: poster, reader: reader, names: ["org.flood"], total: total)
 
-            let clients = try await poster.query([Introspection.Client].self, .clients)
+            let clients = try await poster.query([DaemonClient].self, .clients)
             let alice = clients.filter { $0.uid == 4201 }
             #expect(alice.count == 2)
             let used = alice.reduce(0) { $0 + $1.pendingBytes + $1.heldBytes }

@@ -25,7 +25,7 @@ struct SuspendResumeTests {
             try await poster.post("org.example.a", "a2")
             let last = try await poster.post("org.example.b", "b1")
             try await client.expectQuiet("one RESUME of two: still suspended")
-            let clients = try await client.query([Introspection.Client].self, .clients)
+            let clients = try await client.query([DaemonClient].self, .clients)
             #expect(clients.count == 1)
             #expect(clients.first?.suspended == true)
             #expect((clients.first?.heldBytes ?? 0) > 0, "held bytes are visible in introspection")
@@ -50,7 +50,7 @@ struct SuspendResumeTests {
             // Not suspended any more: new posts come at once.
             let live = try await poster.post("org.example.c", "c")
             #expect(try await client.nextNotification().sequence == live.sequence)
-            let after = try await client.query([Introspection.Client].self, .clients)
+            let after = try await client.query([DaemonClient].self, .clients)
             #expect(after.first?.suspended == false)
             #expect(after.first?.heldBytes == 0)
         }
@@ -87,7 +87,7 @@ struct SuspendResumeTests {
             let retained = try await client.subscribe("org.example.status", id: 1, retained: true)
             #expect(retained.map { $0.anyNotification?.payloadText } == ["up"])
             #expect(try await client.state(of: "org.example.status") == nil)
-            _ = try await client.query(Introspection.Status.self, .status)
+            _ = try await client.query(DaemonStatus.self, .status)
             try await poster.post("org.example.status", "down")
             try await client.expectQuiet("the live post is held")
         }
@@ -155,7 +155,7 @@ struct SuspendResumeTests {
             #expect(accounted == 180, "every post received, merged or evicted")
             #expect(!queued.isEmpty && queued == Array((60 - queued.count)..<60), "the newest survive, in order: \(queued)")
             try await client.expectQuiet("nothing else")
-            let clients = try await poster.query([Introspection.Client].self, .clients)
+            let clients = try await poster.query([DaemonClient].self, .clients)
             #expect(clients.first { $0.clientName == "client" }?.dropped == evicted)
         }
     }

@@ -140,7 +140,7 @@ package final class TestServer: Sendable {
     }
 
     /// The daemon-wide figures (as `QUERY status` reports them); fails if the server is not running.
-    package func status() async throws -> Introspection.Status {
+    package func status() async throws -> DaemonStatus {
         guard let status = await server.status() else { throw TestFailure("the server is not running: no status") }
         return status
     }
@@ -159,8 +159,8 @@ package final class TestServer: Sendable {
     /// Polls the status until `condition` holds; fails after `timeout`. Only for effects nothing replies to.
     @discardableResult
     package func waitForStatus(
-        _ what: String, timeout: TimeAmount = defaultTimeout, _ condition: (Introspection.Status) -> Bool
-    ) async throws -> Introspection.Status {
+        _ what: String, timeout: TimeAmount = defaultTimeout, _ condition: (DaemonStatus) -> Bool
+    ) async throws -> DaemonStatus {
         try await poll("the server status to show \(what)", timeout: timeout, { try await self.status() }, condition)
     }
 

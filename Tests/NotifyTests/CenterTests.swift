@@ -277,7 +277,7 @@ struct CenterTests {
         let second = try await TestServer.start(socketPath: path)
         try await center.waitUntilConnected(timeout: 10)
         let connected = try await nextEvent(events)
-        #expect(connected == .connected(daemonRestarted: true, instanceID: Notify.InstanceID(second.server.instanceID)))
+        #expect(connected == .connected(daemonRestarted: true, instanceID: second.server.instanceID))
         try await center.synchronize()
         let receipt = try await center.postAndWait("test.restart", payload: Array("again".utf8))
         #expect(receipt.deliveredCount == 1)

@@ -154,7 +154,7 @@ struct ConnectionStateMachineTests {
         #expect(started32)
         let established33 = machine.connectionEstablished(FakeConnection(id: 1))
         #expect(established33 == .handshake(suspendDepth: 0))
-        machine.receivedClosingError(ErrorFrame(requestID: 0, rawCode: NotifyWire.ErrorCode.quotaExceeded.rawValue, closesConnection: true, message: "too many"))
+        machine.receivedClosingError(ErrorFrame(requestID: 0, rawCode: ErrorCode.quotaExceeded.rawValue, closesConnection: true, message: "too many"))
         let refused = machine.connectionClosed(FakeConnection(id: 1), reason: nil)
         #expect(refused?.failing == ["hasty"])
         #expect(refused?.reason.hasPrefix("daemon closed the connection:") == true)

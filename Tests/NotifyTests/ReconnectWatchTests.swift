@@ -27,7 +27,7 @@ struct ReconnectWatchTests {
 
         let second = try await TestServer.start(socketPath: path)
         let connected = try await firstEvent(events) { if case .connected = $0 { true } else { false } }
-        #expect(connected == .connected(daemonRestarted: true, instanceID: InstanceID(second.server.instanceID)))
+        #expect(connected == .connected(daemonRestarted: true, instanceID: second.server.instanceID))
         try await center.synchronize()
         try await center.postAndWait("reconnect.restart", payload: Array("back".utf8))
         #expect(try await received.wait(for: 1) == ["back"])
@@ -46,7 +46,7 @@ struct ReconnectWatchTests {
 
         let daemon = try await TestServer.start(socketPath: path)
         let connected = try await nextEvent(events)
-        #expect(connected == .connected(daemonRestarted: false, instanceID: InstanceID(daemon.server.instanceID)))
+        #expect(connected == .connected(daemonRestarted: false, instanceID: daemon.server.instanceID))
         try await center.synchronize()
         await center.close()
         try await daemon.stop()

@@ -6,7 +6,7 @@ import Testing
 /// The JSON documents of `QUERY_RESULT` (PROTOCOL.md § 11.3): key names are fixed snake_case.
 @Suite("Introspection JSON")
 struct IntrospectionTests {
-    /// PROTOCOL.md § 11.3, written out independently of Introspection.swift.
+    /// PROTOCOL.md § 11.3, written out independently of DaemonFigures.swift.
     static let statusKeys: Set<String> = [
         "version", "instance_id", "pid", "uptime_seconds", "connections", "subscriptions", "subscribed_names",
         "patterns", "state_names", "retained_names", "posts", "deliveries", "posts_per_second",
@@ -20,7 +20,7 @@ struct IntrospectionTests {
         "suspended", "merged", "dropped",
     ]
 
-    static let status = Introspection.Status(
+    static let status = DaemonStatus(
         version: "0.1.0", instanceID: "00112233445566778899aabbccddeeff", pid: 4242, uptimeSeconds: 3600.25,
         connections: 2, subscriptions: 3, subscribedNames: 1, patterns: 1, stateNames: 1, retainedNames: 1,
         posts: 42, deliveries: 40, postsPerSecond: 0.5, deliveriesPerSecond: 0.5, merged: 5, dropped: 300,
@@ -28,14 +28,14 @@ struct IntrospectionTests {
         configurationReloads: 2, lastReloadError: "/etc/notifyd/notifyd.conf:3: unknown keyword 'frobnicate'",
         acceptFailures: 0, connectionsRefused: 0)
     static let names = [
-        Introspection.Name(name: "org.example.battery.level", subscribers: 0, state: 4_294_967_338, hasRetained: false),
-        Introspection.Name(name: "org.example.battery.low", subscribers: 1, state: nil, hasRetained: true),
+        DaemonName(name: "org.example.battery.level", subscribers: 0, state: 4_294_967_338, hasRetained: false),
+        DaemonName(name: "org.example.battery.low", subscribers: 1, state: nil, hasRetained: true),
     ]
     static let clients = [
-        Introspection.Client(
+        DaemonClient(
             connection: 1, pid: 2001, uid: 1000, gid: 100, command: "notifyctl", clientName: "notifyctl",
             subscriptions: 1, pendingBytes: 0, heldBytes: 1_024, suspended: true, merged: 5, dropped: 300),
-        Introspection.Client(
+        DaemonClient(
             connection: 2, pid: 1234, uid: 1000, gid: 100, command: nil, clientName: "sensor", subscriptions: 2,
             pendingBytes: 0, heldBytes: 0, suspended: false, merged: 0, dropped: 0),
     ]
@@ -80,9 +80,9 @@ struct IntrospectionTests {
     @Test("the documents decode from snake_case JSON and round-trip")
     func roundTrip() throws {
         let decoder = JSONDecoder()
-        #expect(try decoder.decode(Introspection.Status.self, from: Self.encode(Self.status)) == Self.status)
-        #expect(try decoder.decode([Introspection.Name].self, from: Self.encode(Self.names)) == Self.names)
-        #expect(try decoder.decode([Introspection.Client].self, from: Self.encode(Self.clients)) == Self.clients)
+        #expect(try decoder.decode(DaemonStatus.self, from: Self.encode(Self.status)) == Self.status)
+        #expect(try decoder.decode([DaemonName].self, from: Self.encode(Self.names)) == Self.names)
+        #expect(try decoder.decode([DaemonClient].self, from: Self.encode(Self.clients)) == Self.clients)
     }
 
     @Test("the JSON of query-result.hex is a names answer")
@@ -93,8 +93,8 @@ struct IntrospectionTests {
             return
         }
         #expect(requestID == 16)
-        let names = try JSONDecoder().decode([Introspection.Name].self, from: Data(json.readableBytesView))
-        #expect(names == [Introspection.Name(name: "org.example.battery.low", subscribers: 1, state: nil, hasRetained: true)])
+        let names = try JSONDecoder().decode([DaemonName].self, from: Data(json.readableBytesView))
+        #expect(names == [DaemonName(name: "org.example.battery.low", subscribers: 1, state: nil, hasRetained: true)])
         // Byte for byte what the daemon's encoder (sorted keys) produces for that value.
         #expect(try Self.encode(names) == Data(json.readableBytesView))
     }
@@ -126,22 +126,22 @@ struct IntrospectionTests {
         let blocks = try Self.specExamples()
         try #require(blocks.count == 3)
         let decoder = JSONDecoder()
-        _ = try decoder.decode(Introspection.Status.self, from: blocks[0])
+        _ = try decoder.decode(DaemonStatus.self, from: blocks[0])
         #expect(Set(try Self.object(blocks[0]).keys) == Self.statusKeys)
-        let names = try decoder.decode([Introspection.Name].self, from: blocks[1])
+        let names = try decoder.decode([DaemonName].self, from: blocks[1])
         #expect(!names.isEmpty)
         for entry in try Self.objects(blocks[1]) {
             #expect(Set(entry.keys).isSubset(of: Self.nameKeys))
             #expect(Set(entry.keys).isSuperset(of: Self.nameKeys.subtracting(["state"])))
         }
-        let clients = try decoder.decode([Introspection.Client].self, from: blocks[2])
+        let clients = try decoder.decode([DaemonClient].self, from: blocks[2])
         #expect(!clients.isEmpty)
         for entry in try Self.objects(blocks[2]) {
             #expect(Set(entry.keys).isSubset(of: Self.clientKeys))
             #expect(Set(entry.keys).isSuperset(of: Self.clientKeys.subtracting(["command"])))
         }
         // The examples are what the encoder writes for those values (modulo the layout of the document).
-        let status = try decoder.decode(Introspection.Status.self, from: blocks[0])
+        let status = try decoder.decode(DaemonStatus.self, from: blocks[0])
         #expect(try Self.object(Self.encode(status)) as NSDictionary == Self.object(blocks[0]) as NSDictionary)
     }
 

@@ -48,7 +48,7 @@ enum FuzzNamesAndPatterns {
         }
         if value < 0xA0 { return false }
         if value & 0xFFFF >= 0xFFFE { return false }
-        return !NotificationName.invisibleRanges.contains { $0.contains(value) }
+        return !NameCharacters.invisibleRanges.contains { $0.contains(value) }
     }
 
     static func isValidLabel(_ label: [UInt8]) -> Bool {

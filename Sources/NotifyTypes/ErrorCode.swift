@@ -1,7 +1,5 @@
-import NotifyWire
-
 /// Why the daemon rejected a request or closed the connection: the code of its `ERROR` frame
-/// (``NotifyError/rejected(code:message:)``). The raw value is the code's number in the protocol.
+/// (`NotifyError.rejected(code:message:)` in the `Notify` library). The raw value is the code's number in the protocol.
 ///
 /// Codes marked *fatal* end the connection (the center reconnects by itself); the others answer one bad request.
 public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringConvertible {
@@ -48,58 +46,39 @@ public enum ErrorCode: UInt16, Sendable, Hashable, CaseIterable, CustomStringCon
     case unavailable = 19
 
     /// Whether the daemon closes the connection after sending this error.
-    public var isFatal: Bool { wire.isFatal }
-
-    /// The code's name as the protocol writes it, e.g. `permission-denied`.
-    public var description: String { wire.description }
-
-    /// The code of an `ERROR` frame.
-    init(_ wire: NotifyWire.ErrorCode) {
-        switch wire {
-        case .malformedFrame: self = .malformedFrame
-        case .frameTooLarge: self = .frameTooLarge
-        case .unknownMessageType: self = .unknownMessageType
-        case .handshakeRequired: self = .handshakeRequired
-        case .unsupportedVersion: self = .unsupportedVersion
-        case .unexpectedHello: self = .unexpectedHello
-        case .invalidName: self = .invalidName
-        case .payloadTooLarge: self = .payloadTooLarge
-        case .unknownSubscription: self = .unknownSubscription
-        case .duplicateSubscription: self = .duplicateSubscription
-        case .tooManySubscriptions: self = .tooManySubscriptions
-        case .unsupportedFlags: self = .unsupportedFlags
-        case .slowConsumer: self = .slowConsumer
-        case .permissionDenied: self = .permissionDenied
-        case .quotaExceeded: self = .quotaExceeded
-        case .shuttingDown: self = .shuttingDown
-        case .internalError: self = .internalError
-        case .invalidRequest: self = .invalidRequest
-        case .unavailable: self = .unavailable
+    public var isFatal: Bool {
+        switch self {
+        case .malformedFrame, .frameTooLarge, .unknownMessageType, .handshakeRequired, .unsupportedVersion,
+            .unexpectedHello, .slowConsumer, .shuttingDown, .internalError, .unavailable:
+            return true
+        case .invalidName, .payloadTooLarge, .unknownSubscription, .duplicateSubscription, .tooManySubscriptions,
+            .unsupportedFlags, .permissionDenied, .quotaExceeded, .invalidRequest:
+            return false
         }
     }
 
-    /// The same code in the wire protocol.
-    var wire: NotifyWire.ErrorCode {
+    /// The code's name as written in `protocol/PROTOCOL.md`, e.g. `invalid-name`.
+    public var description: String {
         switch self {
-        case .malformedFrame: .malformedFrame
-        case .frameTooLarge: .frameTooLarge
-        case .unknownMessageType: .unknownMessageType
-        case .handshakeRequired: .handshakeRequired
-        case .unsupportedVersion: .unsupportedVersion
-        case .unexpectedHello: .unexpectedHello
-        case .invalidName: .invalidName
-        case .payloadTooLarge: .payloadTooLarge
-        case .unknownSubscription: .unknownSubscription
-        case .duplicateSubscription: .duplicateSubscription
-        case .tooManySubscriptions: .tooManySubscriptions
-        case .unsupportedFlags: .unsupportedFlags
-        case .slowConsumer: .slowConsumer
-        case .permissionDenied: .permissionDenied
-        case .quotaExceeded: .quotaExceeded
-        case .shuttingDown: .shuttingDown
-        case .internalError: .internalError
-        case .invalidRequest: .invalidRequest
-        case .unavailable: .unavailable
+        case .malformedFrame: "malformed-frame"
+        case .frameTooLarge: "frame-too-large"
+        case .unknownMessageType: "unknown-message-type"
+        case .handshakeRequired: "handshake-required"
+        case .unsupportedVersion: "unsupported-version"
+        case .unexpectedHello: "unexpected-hello"
+        case .invalidName: "invalid-name"
+        case .payloadTooLarge: "payload-too-large"
+        case .unknownSubscription: "unknown-subscription"
+        case .duplicateSubscription: "duplicate-subscription"
+        case .tooManySubscriptions: "too-many-subscriptions"
+        case .unsupportedFlags: "unsupported-flags"
+        case .slowConsumer: "slow-consumer"
+        case .permissionDenied: "permission-denied"
+        case .quotaExceeded: "quota-exceeded"
+        case .shuttingDown: "shutting-down"
+        case .internalError: "internal-error"
+        case .invalidRequest: "invalid-request"
+        case .unavailable: "unavailable"
         }
     }
 }

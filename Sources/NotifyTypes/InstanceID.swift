@@ -1,13 +1,13 @@
-/// A daemon instance id: 16 random bytes chosen at every daemon start, so that a client can tell a restarted
-/// daemon from a reconnection to the same one.
-package struct InstanceID: Sendable, Hashable, CustomStringConvertible {
+/// A daemon instance id: 16 random bytes the daemon chooses at every start, so that a client can tell a restarted
+/// daemon from a reconnection to the same one (the `instance_id` of `WELCOME`).
+public struct InstanceID: Sendable, Hashable, CustomStringConvertible {
     /// The first 8 bytes, big-endian.
-    package var high: UInt64
+    public var high: UInt64
     /// The last 8 bytes, big-endian.
-    package var low: UInt64
+    public var low: UInt64
 
     /// Creates an id from its two halves.
-    package init(high: UInt64, low: UInt64) {
+    public init(high: UInt64, low: UInt64) {
         self.high = high
         self.low = low
     }
@@ -18,8 +18,8 @@ package struct InstanceID: Sendable, Hashable, CustomStringConvertible {
         return InstanceID(high: generator.next(), low: generator.next())
     }
 
-    /// 32 lowercase hex digits.
-    package var description: String {
+    /// 32 lowercase hex digits, as `notifyctl status` shows the daemon's instance.
+    public var description: String {
         func hex(_ value: UInt64) -> String {
             let digits = String(value, radix: 16)
             return String(repeating: "0", count: 16 - digits.count) + digits

@@ -1,10 +1,8 @@
-import NotifyWire
-
-// The answers of the daemon's introspection queries. Each is the wire protocol's JSON document (NotifyWire's
-// `Introspection`) as a type of this library: it encodes and decodes as that document does (snake_case keys), so
+// The answers of the daemon's introspection queries: the JSON documents of `QUERY_RESULT` (`protocol/PROTOCOL.md`
+// § 11.3), snake_case on the wire. The daemon encodes them and clients decode them with the same types, so
 // `notifyctl --json` prints what the daemon sent.
 
-/// Daemon-wide figures, the answer of ``NotifyCenter/daemonStatus()`` (`notifyctl status`).
+/// Daemon-wide figures, the answer of `NotifyCenter.daemonStatus()` (`notifyctl status`).
 public struct DaemonStatus: Codable, Sendable, Hashable {
     /// The daemon's version, e.g. `0.1.0`.
     public var version: String
@@ -93,48 +91,36 @@ public struct DaemonStatus: Codable, Sendable, Hashable {
         self.connectionsRefused = connectionsRefused
     }
 
-    /// The same document as NotifyWire decodes it.
-    init(_ wire: Introspection.Status) {
-        self.init(
-            version: wire.version, instanceID: wire.instanceID, pid: wire.pid, uptimeSeconds: wire.uptimeSeconds,
-            connections: wire.connections, subscriptions: wire.subscriptions, subscribedNames: wire.subscribedNames,
-            patterns: wire.patterns, stateNames: wire.stateNames, retainedNames: wire.retainedNames,
-            posts: wire.posts, deliveries: wire.deliveries, postsPerSecond: wire.postsPerSecond,
-            deliveriesPerSecond: wire.deliveriesPerSecond, merged: wire.merged, dropped: wire.dropped,
-            slowConsumerDisconnects: wire.slowConsumerDisconnects, residentMemoryBytes: wire.residentMemoryBytes,
-            outboundBytes: wire.outboundBytes, heldBytes: wire.heldBytes,
-            configurationReloads: wire.configurationReloads, lastReloadError: wire.lastReloadError,
-            acceptFailures: wire.acceptFailures, connectionsRefused: wire.connectionsRefused
-        )
-    }
-
-    /// The same document as NotifyWire encodes it.
-    var wire: Introspection.Status {
-        Introspection.Status(
-            version: version, instanceID: instanceID, pid: pid, uptimeSeconds: uptimeSeconds,
-            connections: connections, subscriptions: subscriptions, subscribedNames: subscribedNames,
-            patterns: patterns, stateNames: stateNames, retainedNames: retainedNames, posts: posts,
-            deliveries: deliveries, postsPerSecond: postsPerSecond, deliveriesPerSecond: deliveriesPerSecond,
-            merged: merged, dropped: dropped, slowConsumerDisconnects: slowConsumerDisconnects,
-            residentMemoryBytes: residentMemoryBytes, outboundBytes: outboundBytes, heldBytes: heldBytes,
-            configurationReloads: configurationReloads, lastReloadError: lastReloadError,
-            acceptFailures: acceptFailures, connectionsRefused: connectionsRefused
-        )
-    }
-
-    /// Decodes the daemon's JSON document (snake_case keys, `protocol/PROTOCOL.md` § 11).
-    public init(from decoder: any Decoder) throws {
-        self.init(try Introspection.Status(from: decoder))
-    }
-
-    /// Encodes the daemon's JSON document, with the keys the daemon uses.
-    public func encode(to encoder: any Encoder) throws {
-        try wire.encode(to: encoder)
+    enum CodingKeys: String, CodingKey {
+        case version = "version"
+        case instanceID = "instance_id"
+        case pid = "pid"
+        case uptimeSeconds = "uptime_seconds"
+        case connections = "connections"
+        case subscriptions = "subscriptions"
+        case subscribedNames = "subscribed_names"
+        case patterns = "patterns"
+        case stateNames = "state_names"
+        case retainedNames = "retained_names"
+        case posts = "posts"
+        case deliveries = "deliveries"
+        case postsPerSecond = "posts_per_second"
+        case deliveriesPerSecond = "deliveries_per_second"
+        case merged = "merged"
+        case dropped = "dropped"
+        case slowConsumerDisconnects = "slow_consumer_disconnects"
+        case residentMemoryBytes = "resident_memory_bytes"
+        case outboundBytes = "outbound_bytes"
+        case heldBytes = "held_bytes"
+        case configurationReloads = "configuration_reloads"
+        case lastReloadError = "last_reload_error"
+        case acceptFailures = "accept_failures"
+        case connectionsRefused = "connections_refused"
     }
 }
 
 /// A name the daemon knows, with subscribers, a state value or a retained notification: one entry of
-/// ``NotifyCenter/daemonNames(matching:)`` (`notifyctl names`).
+/// `NotifyCenter.daemonNames(matching:)` (`notifyctl names`).
 public struct DaemonName: Codable, Sendable, Hashable {
     /// The name.
     public var name: String
@@ -155,32 +141,15 @@ public struct DaemonName: Codable, Sendable, Hashable {
         self.hasRetained = hasRetained
     }
 
-    /// The same document as NotifyWire decodes it.
-    init(_ wire: Introspection.Name) {
-        self.init(
-            name: wire.name, subscribers: wire.subscribers, state: wire.state, hasRetained: wire.hasRetained
-        )
-    }
-
-    /// The same document as NotifyWire encodes it.
-    var wire: Introspection.Name {
-        Introspection.Name(
-            name: name, subscribers: subscribers, state: state, hasRetained: hasRetained
-        )
-    }
-
-    /// Decodes the daemon's JSON document (snake_case keys, `protocol/PROTOCOL.md` § 11).
-    public init(from decoder: any Decoder) throws {
-        self.init(try Introspection.Name(from: decoder))
-    }
-
-    /// Encodes the daemon's JSON document, with the keys the daemon uses.
-    public func encode(to encoder: any Encoder) throws {
-        try wire.encode(to: encoder)
+    enum CodingKeys: String, CodingKey {
+        case name = "name"
+        case subscribers = "subscribers"
+        case state = "state"
+        case hasRetained = "has_retained"
     }
 }
 
-/// A client connected to the daemon: one entry of ``NotifyCenter/daemonClients()`` (`notifyctl clients`).
+/// A client connected to the daemon: one entry of `NotifyCenter.daemonClients()` (`notifyctl clients`).
 public struct DaemonClient: Codable, Sendable, Hashable {
     /// The connection's number, in the order the daemon accepted connections.
     public var connection: UInt64
@@ -226,31 +195,18 @@ public struct DaemonClient: Codable, Sendable, Hashable {
         self.dropped = dropped
     }
 
-    /// The same document as NotifyWire decodes it.
-    init(_ wire: Introspection.Client) {
-        self.init(
-            connection: wire.connection, pid: wire.pid, uid: wire.uid, gid: wire.gid, command: wire.command,
-            clientName: wire.clientName, subscriptions: wire.subscriptions, pendingBytes: wire.pendingBytes,
-            heldBytes: wire.heldBytes, suspended: wire.suspended, merged: wire.merged, dropped: wire.dropped
-        )
-    }
-
-    /// The same document as NotifyWire encodes it.
-    var wire: Introspection.Client {
-        Introspection.Client(
-            connection: connection, pid: pid, uid: uid, gid: gid, command: command, clientName: clientName,
-            subscriptions: subscriptions, pendingBytes: pendingBytes, heldBytes: heldBytes, suspended: suspended,
-            merged: merged, dropped: dropped
-        )
-    }
-
-    /// Decodes the daemon's JSON document (snake_case keys, `protocol/PROTOCOL.md` § 11).
-    public init(from decoder: any Decoder) throws {
-        self.init(try Introspection.Client(from: decoder))
-    }
-
-    /// Encodes the daemon's JSON document, with the keys the daemon uses.
-    public func encode(to encoder: any Encoder) throws {
-        try wire.encode(to: encoder)
+    enum CodingKeys: String, CodingKey {
+        case connection = "connection"
+        case pid = "pid"
+        case uid = "uid"
+        case gid = "gid"
+        case command = "command"
+        case clientName = "client_name"
+        case subscriptions = "subscriptions"
+        case pendingBytes = "pending_bytes"
+        case heldBytes = "held_bytes"
+        case suspended = "suspended"
+        case merged = "merged"
+        case dropped = "dropped"
     }
 }
