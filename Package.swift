@@ -155,7 +155,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotifySystemdTests",
-            dependencies: ["NotifySystemd", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["NotifySystemd", "NotifyTestSupport", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "IntegrationTests",

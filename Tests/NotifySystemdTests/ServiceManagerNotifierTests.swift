@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import NotifyTestSupport
 import Testing
 
 @testable import NotifySystemd
@@ -20,21 +21,26 @@ struct ServiceManagerNotifierTests {
     }
 
     @Test("messages arrive as preformatted assignments; a status is flattened to one line")
-    func messages() throws {
-        let receiver = try DatagramReceiver()
-        defer { receiver.close() }
+    func messages() async throws {
+        var template = Array("/tmp/nsd-XXXXXX".utf8CString)
+        let directory = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }.map { String(cString: $0) })
+        let receiver = try ServiceManagerSocket(path: directory + "/notify.sock")
+        defer {
+            unlink(receiver.path)
+            rmdir(directory)
+        }
         let notifier = ServiceManagerNotifier(environment: ["NOTIFY_SOCKET": receiver.path])
 
         #expect(try notifier.ready(status: "2 connections,\n1 subscription", mainPID: 4242))
-        #expect(try receiver.receive() == "READY=1\nSTATUS=2 connections, 1 subscription\nMAINPID=4242")
+        #expect(try await receiver.nextMessage() == "READY=1\nSTATUS=2 connections, 1 subscription\nMAINPID=4242")
         #expect(try notifier.status("idle"))
-        #expect(try receiver.receive() == "STATUS=idle")
+        #expect(try await receiver.nextMessage() == "STATUS=idle")
         #expect(try notifier.watchdogPing())
-        #expect(try receiver.receive() == "WATCHDOG=1")
+        #expect(try await receiver.nextMessage() == "WATCHDOG=1")
         #expect(try notifier.stopping(status: "stopping"))
-        #expect(try receiver.receive() == "STOPPING=1\nSTATUS=stopping")
+        #expect(try await receiver.nextMessage() == "STOPPING=1\nSTATUS=stopping")
         #expect(try notifier.stopping())
-        #expect(try receiver.receive() == "STOPPING=1")
+        #expect(try await receiver.nextMessage() == "STOPPING=1")
     }
 
     @Test("a NOTIFY_SOCKET nobody listens on is an error")

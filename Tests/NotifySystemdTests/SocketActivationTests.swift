@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import NotifySystemd
+import NotifyTestSupport
 import Testing
 
 @testable import NotifySystemd
@@ -43,16 +44,7 @@ struct SocketActivationTests {
             close(descriptor)
             unlink(path)
         }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
+        let bound = try UnixSocketAddress.with(path) { address, length in bind(descriptor, address, length) }
         try #require(bound == 0)
         try #require(listen(descriptor, 4) == 0)
         #expect(SocketActivation.boundPath(of: descriptor) == path)

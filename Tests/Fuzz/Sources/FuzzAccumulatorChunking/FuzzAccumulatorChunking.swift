@@ -11,9 +11,6 @@
 // stream is appended at once or in chunks, draining after every chunk; bufferedBytes is always the number of
 // bytes appended but not yet returned as part of a frame; a frame that decodes re-encodes to its raw bytes
 // for ClientFrame (ServerFrame: decodes again to an equal frame).
-#if canImport(Glibc)
-import Glibc
-#endif
 import FuzzSupport
 import NIOCore
 import NotifyWire
@@ -21,10 +18,7 @@ import NotifyWire
 @main
 enum FuzzAccumulatorChunking {
     static func main() {
-        exit(runFuzzer { data, size in
-            FuzzAccumulatorChunking.testOneInput(fuzzInput(data, size))
-            return 0
-        })
+        fuzz(FuzzAccumulatorChunking.testOneInput)
     }
 
     struct Options {

@@ -6,9 +6,6 @@
 // - every ClientFrame field is kept as received, so a decoded frame encodes back to exactly the input bytes
 //   (with the length prefix in front), and decoding those bytes with decodeFrame gives an equal frame;
 // - the type byte decides the direction: ServerFrame.decode rejects every type ClientFrame.decode accepts.
-#if canImport(Glibc)
-import Glibc
-#endif
 import FuzzSupport
 import NIOCore
 import NotifyWire
@@ -16,10 +13,7 @@ import NotifyWire
 @main
 enum FuzzClientFrames {
     static func main() {
-        exit(runFuzzer { data, size in
-            FuzzClientFrames.testOneInput(fuzzInput(data, size))
-            return 0
-        })
+        fuzz(FuzzClientFrames.testOneInput)
     }
 
     static func testOneInput(_ input: UnsafeRawBufferPointer) {

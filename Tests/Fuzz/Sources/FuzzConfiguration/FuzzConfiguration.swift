@@ -20,10 +20,7 @@ import NotifyWire
 @main
 enum FuzzConfiguration {
     static func main() {
-        exit(runFuzzer { data, size in
-            FuzzConfiguration.testOneInput(fuzzInput(data, size))
-            return 0
-        })
+        fuzz(FuzzConfiguration.testOneInput)
     }
 
     static let source = "fuzz.conf"

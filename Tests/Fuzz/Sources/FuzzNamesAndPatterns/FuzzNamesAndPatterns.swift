@@ -12,19 +12,13 @@
 // - matches(name) agrees with a reference matcher, and a name built from the pattern by filling its wildcards
 //   with valid labels always matches;
 // - ExactName equality is byte equality and equal names hash alike.
-#if canImport(Glibc)
-import Glibc
-#endif
 import FuzzSupport
 import NotifyWire
 
 @main
 enum FuzzNamesAndPatterns {
     static func main() {
-        exit(runFuzzer { data, size in
-            FuzzNamesAndPatterns.testOneInput(fuzzInput(data, size))
-            return 0
-        })
+        fuzz(FuzzNamesAndPatterns.testOneInput)
     }
 
     static func labels(_ text: String) -> [[UInt8]] {

@@ -8,9 +8,6 @@
 //   ERROR and STATE flag bits other than bit 0, the STATE value when bit 0 is clear, and ERROR messages and
 //   GOODBYE reasons beyond 1,024 bytes (cut at a character boundary: the result must be a prefix of the input);
 // - the type byte decides the direction: ClientFrame.decode rejects every type ServerFrame.decode accepts.
-#if canImport(Glibc)
-import Glibc
-#endif
 import FuzzSupport
 import NIOCore
 import NotifyWire
@@ -18,10 +15,7 @@ import NotifyWire
 @main
 enum FuzzServerFrames {
     static func main() {
-        exit(runFuzzer { data, size in
-            FuzzServerFrames.testOneInput(fuzzInput(data, size))
-            return 0
-        })
+        fuzz(FuzzServerFrames.testOneInput)
     }
 
     static func lengthPrefixed(_ body: [UInt8]) -> [UInt8] {

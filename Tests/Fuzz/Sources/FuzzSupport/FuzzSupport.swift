@@ -8,15 +8,20 @@ import Darwin
 import CLibFuzzer
 import NIOCore
 
-/// The callback libFuzzer calls with each input.
-public typealias FuzzCallback = @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32
+/// The one target a fuzzing process runs: libFuzzer's callback is a C function pointer and cannot capture it.
+/// Set once, before libFuzzer starts, and read only from libFuzzer's single fuzzing thread.
+nonisolated(unsafe) private var currentTarget: ((UnsafeRawBufferPointer) -> Void)?
 
-/// Runs libFuzzer with this process's arguments (`-runs=`, `-max_total_time=`, corpus directories, …) and
-/// `callback` for each input; returns libFuzzer's exit status. Called from each target's `@main`.
-public func runFuzzer(_ callback: FuzzCallback) -> Int32 {
+/// Runs libFuzzer with this process's arguments (`-runs=`, `-max_total_time=`, corpus directories, …), calling
+/// `target` with each input, and exits with libFuzzer's status. Each target's `@main` calls it.
+public func fuzz(_ target: @escaping (UnsafeRawBufferPointer) -> Void) -> Never {
+    currentTarget = target
     var argc = CommandLine.argc
     var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-    return LLVMFuzzerRunDriver(&argc, &argv, callback)
+    exit(LLVMFuzzerRunDriver(&argc, &argv) { data, size in
+        currentTarget?(fuzzInput(data, size))
+        return 0
+    })
 }
 
 /// The input as a buffer (empty when libFuzzer passes a null pointer).

@@ -11,9 +11,6 @@
 //   beyond a nanosecond (and never more than that);
 // - every date is written as PROTOCOL.md § 12 says: "YYYY-MM-DDThh:mm:ss" then 1 to 9 fraction digits
 //   without trailing zeros, or none, then "Z".
-#if canImport(Glibc)
-import Glibc
-#endif
 import Foundation
 import FuzzSupport
 import Notify
@@ -44,10 +41,7 @@ struct Message: NotifyMessage, Equatable {
 @main
 enum FuzzTypedMessage {
     static func main() {
-        exit(runFuzzer { data, size in
-            FuzzTypedMessage.testOneInput(fuzzInput(data, size))
-            return 0
-        })
+        fuzz(FuzzTypedMessage.testOneInput)
     }
 
     static func dates(_ message: Message) -> [Date] {

@@ -4,32 +4,22 @@ import Glibc
 import Musl
 #endif
 import Foundation
-import NotifyTestSupport
 
 /// A Unix datagram socket that plays the service manager's `NOTIFY_SOCKET`: it collects what the daemon sends
 /// with `sd_notify` (`READY=1`, `STATUS=…`, `WATCHDOG=1`, `STOPPING=1`).
 ///
 /// Reads never block: waits poll the socket every 10 ms up to a timeout and fail loudly when it passes.
-final class ServiceManagerSocket: @unchecked Sendable {
+package final class ServiceManagerSocket: @unchecked Sendable {
     // @unchecked: the descriptor is only read by the one test that owns this object, one call at a time.
-    let path: String
+    package let path: String
     private let descriptor: Int32
 
     /// Binds a datagram socket at `path` (which must not exist).
-    init(path: String) throws {
+    package init(path: String) throws {
         self.path = path
         descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         guard descriptor >= 0 else { throw TestFailure("socket(AF_UNIX, SOCK_DGRAM) failed: \(Self.lastError())") }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
+        let bound = try UnixSocketAddress.with(path) { address, length in bind(descriptor, address, length) }
         guard bound == 0 else {
             let error = Self.lastError()
             close(descriptor)
@@ -44,7 +34,7 @@ final class ServiceManagerSocket: @unchecked Sendable {
     }
 
     /// Every message waiting in the socket right now, oldest first.
-    func drain() -> [String] {
+    package func drain() -> [String] {
         var messages: [String] = []
         var buffer = [UInt8](repeating: 0, count: 4_096)
         while true {
@@ -61,7 +51,7 @@ final class ServiceManagerSocket: @unchecked Sendable {
     ///
     /// - Throws: if none arrives within `timeout` seconds (the error lists what did arrive).
     @discardableResult
-    func waitForMessage(
+    package func waitForMessage(
         _ what: String, timeout: Double = 20, matching matches: (String) -> Bool
     ) async throws -> (message: String, earlier: [String]) {
         let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1_000))
@@ -80,7 +70,7 @@ final class ServiceManagerSocket: @unchecked Sendable {
     }
 
     /// Everything that arrives during the next `seconds` (an observation window, not a correctness delay).
-    func collect(for seconds: Double) async throws -> [String] {
+    package func collect(for seconds: Double) async throws -> [String] {
         let end = ContinuousClock.now + .milliseconds(Int64(seconds * 1_000))
         var messages: [String] = []
         while ContinuousClock.now < end {
@@ -90,12 +80,19 @@ final class ServiceManagerSocket: @unchecked Sendable {
         return messages + drain()
     }
 
+    /// The next message, whatever it is.
+    ///
+    /// - Throws: if none arrives within `timeout` seconds.
+    package func nextMessage(timeout: Double = 20) async throws -> String {
+        try await waitForMessage("any message", timeout: timeout) { _ in true }.message
+    }
+
     private static func lastError() -> String { String(cString: strerror(errno)) }
 }
 
 extension String {
     /// The `KEY=VALUE` assignments of an `sd_notify` message.
-    var notifyAssignments: [String: String] {
+    package var notifyAssignments: [String: String] {
         var result: [String: String] = [:]
         for line in split(separator: "\n") {
             guard let separator = line.firstIndex(of: "=") else { continue }
