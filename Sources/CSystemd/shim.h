@@ -5,4 +5,6 @@
 #define SD_JOURNAL_SUPPRESS_LOCATION 1
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-journal.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-login.h>
 #endif

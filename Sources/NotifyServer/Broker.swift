@@ -27,9 +27,10 @@ final class Broker {
 
     /// Open peers by connection number.
     private(set) var peers: [UInt64: Peer] = [:]
-    private var nextConnectionNumber: UInt64 = 0
-    /// The sequence number of the last accepted post.
-    private(set) var lastSequence: UInt64 = 0
+    /// The last connection number given out (set by a hand-over's restore too).
+    var nextConnectionNumber: UInt64 = 0
+    /// The sequence number of the last accepted post (set by a hand-over's restore too).
+    var lastSequence: UInt64 = 0
     var statistics = ServerStatistics()
     /// Rates, memory and reloads, for `status` (see `Broker+Introspection.swift`).
     var samples = StatusSamples()
@@ -93,11 +94,19 @@ final class Broker {
 
     // MARK: Peers
 
-    /// Adds a peer that just connected; returns its connection number and its slot.
-    func register(_ peer: Peer) -> (number: UInt64, slot: Int) {
-        nextConnectionNumber += 1
-        peers[nextConnectionNumber] = peer
-        statistics.connectionsAccepted += 1
+    /// Adds a peer that just connected, or one a predecessor handed over with its number; returns its connection
+    /// number and its slot.
+    func register(_ peer: Peer, restoredNumber: UInt64? = nil) -> (number: UInt64, slot: Int) {
+        let number: UInt64
+        if let restoredNumber {
+            number = restoredNumber
+            nextConnectionNumber = max(nextConnectionNumber, restoredNumber)
+        } else {
+            nextConnectionNumber += 1
+            number = nextConnectionNumber
+            statistics.connectionsAccepted += 1
+        }
+        peers[number] = peer
         let slot: Int
         if let free = freeSlots.popLast() {
             slot = free
@@ -106,7 +115,7 @@ final class Broker {
             slot = slots.count
             slots.append(PeerSlot())
         }
-        return (nextConnectionNumber, slot)
+        return (number, slot)
     }
 
     /// Forgets a peer that closed (it has removed its subscriptions already).
@@ -347,6 +356,11 @@ final class Broker {
             peer.logger.info("caught up, no notifications held any more")
         }
         flush(peer)
+    }
+
+    /// Offers `peer` releases from now on (it was handed over holding notifications).
+    func startedHolding(_ peer: Peer) {
+        holding[peer.number] = peer
     }
 
     /// Stops offering `peer` releases (it sent or discarded everything it held).

@@ -28,6 +28,9 @@ struct DeliveryQueue {
 
     private(set) var outbound = OutboundQueue(allocator: ByteBufferAllocator())
     private var held: HeldNotifications?
+    /// Notifications a predecessor daemon held while the peer was suspended, as frames: released before anything
+    /// held here, once the peer resumes.
+    private var carriedOver: ByteBuffer?
     private var charge: OutboundCharge
     /// The most bytes pending or held for this peer.
     let limit: Int
@@ -47,7 +50,7 @@ struct DeliveryQueue {
     }
 
     var pendingBytes: Int { outbound.pendingBytes }
-    var heldBytes: Int { held?.bytes ?? 0 }
+    var heldBytes: Int { (held?.bytes ?? 0) + (carriedOver?.readableBytes ?? 0) }
     var isHolding: Bool { held != nil }
     var isSuspended: Bool { suspendCount > 0 }
 
@@ -174,6 +177,11 @@ struct DeliveryQueue {
 
     /// Moves held notifications into the outbound bytes once the peer has room and is not suspended.
     mutating func releaseHeld() -> Release {
+        if suspendCount == 0, let carried = carriedOver.take() {
+            outbound.append(carried)
+            syncCharge()
+            if held == nil { return .released(caughtUp: true) }
+        }
         guard held != nil, suspendCount == 0, outbound.pendingBytes <= limit / 2, quotaRoom >= 0 else { return .none }
         held!.release(into: &outbound.buffer, budget: limit - outbound.pendingBytes)
         let caughtUp = held!.isEmpty
@@ -186,6 +194,10 @@ struct DeliveryQueue {
     ///
     /// - Returns: whether anything was held.
     mutating func releaseAllHeld() -> Bool {
+        if let carried = carriedOver.take() {
+            outbound.append(carried)
+            syncCharge()
+        }
         guard held != nil else { return false }
         held!.release(into: &outbound.buffer, budget: .max)
         held = nil
@@ -197,6 +209,7 @@ struct DeliveryQueue {
     mutating func discard() {
         _ = outbound.discardUnflushed()
         held = nil
+        carriedOver = nil
         syncCharge()
     }
 
@@ -242,15 +255,47 @@ struct DeliveryQueue {
         syncCharge()
     }
 
+    // MARK: Hand-over
+
+    /// Everything owed to the peer, for a hand-over: what is held is queued first (in order, as a graceful
+    /// shutdown sends it), then the bytes not yet written (see ``OutboundQueue/owedBytes(unwrittenInChannel:)``).
+    ///
+    /// A suspended peer's held notifications stay apart (`held`), to be released when it resumes; a peer that
+    /// only reads slowly has them queued after the rest, in order, as a graceful shutdown sends them.
+    mutating func owedBytesForHandover(unwrittenInChannel: Int) -> (owed: [UInt8], held: [UInt8]) {
+        var heldFrames: [UInt8] = []
+        if suspendCount > 0 {
+            var buffer = ByteBufferAllocator().buffer(capacity: heldBytes)
+            if let carried = carriedOver { buffer.writeImmutableBuffer(carried) }
+            held?.release(into: &buffer, budget: .max)
+            heldFrames = Array(buffer.readableBytesView)
+        } else {
+            _ = releaseAllHeld()
+        }
+        return (outbound.owedBytes(unwrittenInChannel: unwrittenInChannel), heldFrames)
+    }
+
+    /// Takes over a predecessor's queue: its suspension, its counters, the bytes it still owed the peer and what
+    /// it held while the peer was suspended.
+    mutating func restore(suspendCount: Int, merged: UInt64, dropped: UInt64, owed: [UInt8], held heldFrames: [UInt8]) {
+        self.suspendCount = suspendCount
+        self.merged = merged
+        self.dropped = dropped
+        outbound.buffer.writeBytes(owed)
+        if !heldFrames.isEmpty { carriedOver = ByteBuffer(bytes: heldFrames) }
+        syncCharge()
+    }
+
     /// Gives the user's charge back (the peer is gone); nothing is charged from then on.
     mutating func close() {
         held = nil
+        carriedOver = nil
         charge.release()
         isClosed = true
     }
 
     private mutating func syncCharge() {
         guard !isClosed else { return }
-        charge.set(outbound.pendingBytes + (held?.bytes ?? 0))
+        charge.set(outbound.pendingBytes + heldBytes)
     }
 }

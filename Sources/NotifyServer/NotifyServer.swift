@@ -35,7 +35,16 @@ package final class NotifyServer: Service, Sendable {
     private struct ListenerState {
         var channel: Channel?
         var shutdownRequested = false
+        /// The listening descriptor (for a `--replace` hand-over, which passes a duplicate of it on).
+        var descriptor: CInt?
+        /// A successor asked for everything (`--replace`): the connection to answer on, and a duplicate of the
+        /// listening descriptor made before the channel closed its own.
+        var replace: (connection: CInt, listener: CInt)?
     }
+    /// What the predecessor handed over, if this daemon took over from one.
+    private let incoming: IncomingHandover?
+    /// Where the state goes when the daemon stops for a restart (systemd's store), if anywhere.
+    private let stopHandover: (any HandoverSink)?
     /// The broker while the server runs (internal for tests, which run code on its event loop).
     let broker = NIOLockedValueBox<NIOLoopBound<Broker>?>(nil)
 
@@ -45,12 +54,16 @@ package final class NotifyServer: Service, Sendable {
     ///   - configuration: where to listen and what limits to enforce.
     ///   - logger: the logger for connection and protocol events.
     ///   - onListening: called once the socket accepts connections (e.g. to tell systemd `READY=1`).
+    ///   - handover: the state and sockets taken over from a predecessor (`--replace`, systemd's store).
+    ///   - stopHandover: where to hand everything when stopping for a restart (systemd's store); asked at stop.
     package init(
-        configuration: ServerConfiguration, logger: Logger,
-        onListening: @escaping @Sendable (String) -> Void = { _ in }
+        configuration: ServerConfiguration, logger: Logger, handover: IncomingHandover? = nil,
+        stopHandover: (any HandoverSink)? = nil, onListening: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.configuration = configuration
-        self.instanceID = InstanceID.random()
+        self.incoming = handover
+        self.stopHandover = stopHandover
+        self.instanceID = (try? handover?.snapshot.get())?.instanceID ?? InstanceID.random()
         self.logger = logger
         self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         self.onListening = onListening
@@ -107,11 +120,15 @@ package final class NotifyServer: Service, Sendable {
         }.get()
         defer { for task in periodic { task.cancel() } }
         defer { self.broker.withLockedValue { $0 = nil } }
-        let (channel, createdPath) = try await bind(broker: broker)
+        if let incoming { await adopt(incoming, broker: broker, on: eventLoop) }
+        let (channel, descriptor, boundPath) = try await bind(broker: broker)
+        let createdPath = boundPath ?? (incoming?.ownsSocketFile == true ? configuration.listenAddress.path : nil)
+        let replaceListener = startReplaceListener(socketPath: createdPath)
         // Store the listener before anyone hears that it listens, so a shutdown() from then on reaches it; a
         // shutdown() that came earlier is remembered and honoured here.
         let stopRequested = listener.withLockedValue { listener -> Bool in
             listener.channel = channel
+            listener.descriptor = descriptor
             return listener.shutdownRequested
         }
         if stopRequested { channel.close(promise: nil) }
@@ -131,12 +148,141 @@ package final class NotifyServer: Service, Sendable {
         } onCancel: {
             channel.close(promise: nil)
         }
-        listener.withLockedValue { $0.channel = nil }
+        let replace = listener.withLockedValue { listener in
+            defer { listener.channel = nil }
+            return listener.replace
+        }
+        let replaceConnection = replace?.connection
+        let listenerCopy = replace?.listener
         try? await channel.close().get()
 
+        if let sink = await handoverSink(replaceConnection: replaceConnection) {
+            var handover = await capture(broker: broker, on: eventLoop)
+            handover.listener = listenerCopy
+            handover.ownsSocketFile = createdPath != nil
+            do {
+                try await sink.deliver(handover)
+                handover.closeAll()
+                replaceListener?.stop(keepFile: true)
+                logger.notice("handed over", metadata: ["connections": "\(handover.clientSockets.count)"])
+                return
+            } catch {
+                // The channels are closed already: the clients see the end of their connections and reconnect.
+                logger.error("hand-over failed; connections are closed", metadata: ["error": "\(error)"])
+                handover.closeAll()
+                replaceListener?.stop()
+                if let createdPath { _ = unlink(createdPath) }
+                return
+            }
+        }
+        if let listenerCopy, listenerCopy >= 0 { close(listenerCopy) }
+        replaceListener?.stop()
         await closeClients(broker: broker, on: eventLoop)
         if let createdPath { _ = unlink(createdPath) }
         logger.info("notifyd stopped")
+    }
+
+    // MARK: Hand-over
+
+    /// Where this stop's state goes: to the successor that asked (`--replace`), or to systemd's store when the
+    /// service manager restarts the daemon; `nil`: every client gets its `GOODBYE`.
+    private func handoverSink(replaceConnection: CInt?) async -> (any HandoverSink)? {
+        if let replaceConnection { return ReplaceSink(connection: replaceConnection) }
+        guard let stopHandover else { return nil }
+        let connections = await snapshot()?.clients.count ?? 0
+        return await stopHandover.shouldHandOver(connections: connections) ? stopHandover : nil
+    }
+
+    /// Takes the daemon's state in one turn of the event loop: every frame already read is served and what can
+    /// be written is written, then each connection's record and a duplicate of its socket are taken and its
+    /// channel is closed, so nothing more is read or written here.
+    private func capture(broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async -> OutgoingHandover {
+        let limit = CInt(truncatingIfNeeded: sysconf(Int32(_SC_OPEN_MAX)))
+        let result = try? await eventLoop.submit { [logger] () -> OutgoingHandover in
+            let handlers = broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
+            for handler in handlers { handler.serveReceivedFrames() }
+            broker.value.flushDirtyPeers()
+            let descriptors = SocketCookie.descriptorsByCookie(limit: limit)
+            var records: [HandoverSnapshot.PeerRecord] = []
+            var sockets: [CInt] = []
+            for handler in handlers {
+                guard let record = handler.handoverRecord() else { continue }
+                guard let descriptor = descriptors[record.cookie] else {
+                    logger.warning("no socket found for a connection; it is closed", metadata: ["connection": "\(record.number)"])
+                    continue
+                }
+                let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 3)
+                guard copy >= 0 else { continue }
+                records.append(record)
+                sockets.append(copy)
+            }
+            let snapshot = broker.value.handoverSnapshot(peers: records).encoded()
+            for handler in handlers { handler.closeForHandover() }
+            return OutgoingHandover(snapshot: snapshot, clientSockets: sockets, listener: nil, ownsSocketFile: false)
+        }.get()
+        return result ?? OutgoingHandover(snapshot: [], clientSockets: [], listener: nil, ownsSocketFile: false)
+    }
+
+    /// Serves the connections a predecessor handed over, each as it was (or, without its record, with a
+    /// `GOODBYE`), and takes over its sequence numbers, state values and retained notifications.
+    private func adopt(_ incoming: IncomingHandover, broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async {
+        var records: [UInt64: HandoverSnapshot.PeerRecord] = [:]
+        switch incoming.snapshot {
+        case .success(let snapshot):
+            try? await eventLoop.submit { broker.value.restoreHandover(snapshot) }.get()
+            for record in snapshot.peers { records[record.cookie] = record }
+        case .failure(let error):
+            logger.error(
+                "the predecessor's snapshot cannot be read: its clients are sent GOODBYE",
+                metadata: ["error": "\(error)", "connections": "\(incoming.clientSockets.count)"])
+        }
+        var adopted = 0
+        for descriptor in incoming.clientSockets {
+            let record = SocketCookie.read(descriptor: descriptor).flatMap { records.removeValue(forKey: $0) }
+            if record != nil { adopted += 1 }
+            let origin: PeerChannelHandler.Origin = record.map { .handedOver($0) } ?? .handedOverWithoutRecord
+            let bootstrap = ClientBootstrap(group: group)
+                .channelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
+                .channelOption(
+                    ChannelOptions.recvAllocator,
+                    value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20))
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value, origin: origin))
+                    }
+                }
+            do {
+                _ = try await bootstrap.withConnectedSocket(descriptor).get()
+            } catch {
+                logger.warning("a handed-over socket cannot be served", metadata: ["error": "\(error)"])
+                close(descriptor)
+            }
+        }
+        for record in records.values {
+            logger.info("a client left during the hand-over", metadata: ["connection": "\(record.number)"])
+        }
+        logger.notice("took over from the previous daemon", metadata: ["connections": "\(adopted)"])
+    }
+
+    /// Listens for `notifyd --replace` next to the socket this daemon created (a socket-activated daemon is
+    /// replaced by restarting its unit instead).
+    private func startReplaceListener(socketPath: String?) -> ReplaceListener? {
+        guard let socketPath else { return nil }
+        do throws(ReplaceChannel.Failure) {
+            let replaceListener = try ReplaceListener(socketPath: socketPath, logger: logger)
+            replaceListener.start { [self] connection in
+                let channel = listener.withLockedValue { listener -> Channel? in
+                    guard let descriptor = listener.descriptor else { return nil }
+                    listener.replace = (connection, fcntl(descriptor, F_DUPFD_CLOEXEC, 3))
+                    return listener.channel
+                }
+                channel?.close(promise: nil)
+            }
+            return replaceListener
+        } catch {
+            logger.warning("notifyd --replace will not find this daemon", metadata: ["error": "\(error)"])
+            return nil
+        }
     }
 
     /// Starts a graceful shutdown, as SIGTERM does under a `ServiceGroup`: stop accepting, write what is queued,
@@ -179,7 +325,7 @@ package final class NotifyServer: Service, Sendable {
     /// Connections the kernel queues before the daemon accepts them (systemd's default `Backlog=`, SOMAXCONN).
     static let listenBacklog: CInt = 4096
 
-    private func bind(broker: NIOLoopBound<Broker>) async throws -> (Channel, String?) {
+    private func bind(broker: NIOLoopBound<Broker>) async throws -> (Channel, CInt, String?) {
         // The listening descriptor is ours in both cases (bound here, or passed by systemd), so the accept
         // guard can accept on it itself when NIO cannot for want of descriptors.
         let (descriptor, createdPath) = try listeningDescriptor()
@@ -205,7 +351,7 @@ package final class NotifyServer: Service, Sendable {
                 }
             }
         do {
-            return (try await bootstrap.withBoundSocket(descriptor).get(), createdPath)
+            return (try await bootstrap.withBoundSocket(descriptor).get(), descriptor, createdPath)
         } catch {
             if let createdPath { unlink(createdPath) }
             throw error

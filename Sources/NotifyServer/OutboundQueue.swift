@@ -1,3 +1,4 @@
+import DequeModule
 import NIOCore
 import NotifyWire
 
@@ -11,6 +12,9 @@ struct OutboundQueue {
     var buffer: ByteBuffer
     /// Bytes handed to the channel whose writes have not completed.
     private(set) var inFlightBytes = 0
+    /// The batches the channel did not finish writing when it took them, oldest first: their storage is shared
+    /// with the channel, so keeping them costs nothing, and a hand-over reads the bytes never written from them.
+    private var unfinishedBatches = Deque<ByteBuffer>()
     private let allocator: ByteBufferAllocator
 
     init(allocator: ByteBufferAllocator) {
@@ -53,7 +57,10 @@ struct OutboundQueue {
     /// - Returns: `true` if the channel holds no reference to `bytes`: their write has completed.
     mutating func recycle(_ bytes: consuming ByteBuffer) -> Bool {
         var bytes = bytes
-        guard bytes.modifyIfUniquelyOwned({ $0.clear() }) != nil else { return false }
+        guard bytes.modifyIfUniquelyOwned({ $0.clear() }) != nil else {
+            unfinishedBatches.append(bytes)
+            return false
+        }
         if spare == nil, bytes.capacity <= Self.spareCapacityLimit { spare = bytes }
         return true
     }
@@ -61,6 +68,19 @@ struct OutboundQueue {
     /// Records that `count` bytes handed out by ``takeForWrite()`` were written or discarded.
     mutating func completeWrite(_ count: Int) {
         inFlightBytes -= count
+        // Writes complete in order, and one finishes inside its call only when none is waiting before it: so a
+        // completion, when batches are kept, is the oldest one's.
+        if !unfinishedBatches.isEmpty { unfinishedBatches.removeFirst() }
+    }
+
+    /// Everything owed to the connection, for a hand-over: the last `unwrittenInChannel` bytes of the batches the
+    /// channel holds (what it has not written to the socket yet, as it reports), then what was never handed to it.
+    func owedBytes(unwrittenInChannel: Int) -> [UInt8] {
+        var batches: [UInt8] = []
+        for batch in unfinishedBatches { batches += batch.readableBytesView }
+        var owed = Array(batches.suffix(min(max(unwrittenInChannel, 0), batches.count)))
+        owed += buffer.readableBytesView
+        return owed
     }
 
     /// Forgets everything not yet handed to the channel; returns how many bytes that was.

@@ -90,6 +90,46 @@ final class Peer {
         }
     }
 
+    /// Takes over a connection a predecessor daemon handed over (``HandoverSnapshot``): its number, identity,
+    /// handshake, subscriptions and queue as they were, charged to its user again without checking quotas (they
+    /// were checked when it was first charged), and no `WELCOME`: the client notices nothing.
+    init(broker: Broker, restoring record: HandoverSnapshot.PeerRecord, transport: PeerTransport) {
+        self.broker = broker
+        self.credentials = record.credentials
+        self.transport = transport
+        self.identity = AccessControl.Identity(uid: record.credentials.uid, groups: Set(record.groups))
+        self.account = broker.accounts.account(for: record.credentials.uid)
+        self.queue = DeliveryQueue(limit: broker.configuration.outboundByteLimit, account: account)
+        self.logger = broker.logger
+        self.command = record.command
+        (number, slot) = broker.register(self, restoredNumber: record.number)
+        logger[metadataKey: "connection"] = "\(number)"
+        logger[metadataKey: "pid"] = "\(credentials.pid)"
+        logger[metadataKey: "uid"] = "\(credentials.uid)"
+        account.chargeRestored(connections: 1)
+        switch record.phase {
+        case .awaitingHello: phase = .awaitingHello
+        case .open, .closing: opened(clientName: record.clientName)
+        }
+        for subscription in record.subscriptions {
+            // The snapshot's decoder checked every pattern against the grammar.
+            guard let pattern = try? NotificationPattern(subscription.pattern) else { continue }
+            let labels = pattern.hasWildcards && subscriptions.isNewPattern(pattern) ? PatternTrie.cost(of: pattern) : 0
+            account.chargeRestored(subscriptions: 1, patternLabels: labels)
+            subscriptions.add(
+                subscription.id,
+                pattern.hasWildcards ? .pattern(pattern, subscription.policy) : .exact(pattern.text, subscription.policy),
+                peer: self, index: broker.index)
+        }
+        queue.restore(
+            suspendCount: Int(record.suspendCount), merged: record.merged, dropped: record.dropped,
+            owed: record.outbound, held: record.held)
+        if queue.heldBytes > 0 { broker.startedHolding(self) }
+        if record.phase == .closing { closeAfterFlushing() }
+        if queue.hasUnflushedBytes { broker.markDirty(self) }
+        logger.debug("connection taken over", metadata: ["subscriptions": "\(subscriptions.count)"])
+    }
+
     var isOpen: Bool { phase == .open }
     /// Whether its frames are still read and served.
     var isServing: Bool { phase == .awaitingHello || phase == .open }

@@ -32,8 +32,22 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private var turnRunPosts = 0
     private var turnPatternVisits = 0
 
-    init(broker: Broker) {
+    /// The socket's cookie (`SO_COOKIE`), read when it became active: what a hand-over matches sockets by.
+    private(set) var cookie: UInt64 = 0
+    /// How the connection starts: accepted, taken over with its record, or taken over without one (the
+    /// snapshot could not be read): that client is sent `GOODBYE` and reconnects.
+    private var origin: Origin
+
+    /// How a connection came to this daemon.
+    enum Origin {
+        case accepted
+        case handedOver(HandoverSnapshot.PeerRecord)
+        case handedOverWithoutRecord
+    }
+
+    init(broker: Broker, origin: Origin = .accepted) {
         self.broker = broker
+        self.origin = origin
         self.accumulator = FrameAccumulator(maxFrameLength: broker.configuration.limits.maxFrameLength)
     }
 
@@ -66,10 +80,22 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        cookie = SocketCookie.read(from: context.channel) ?? 0
+        if case .handedOver(let record) = origin {
+            takeOver(record, context: context)
+            return
+        }
         let credentials =
             PeerCredentials.read(from: context.channel) ?? SenderCredentials(pid: 0, uid: UInt32.max, gid: UInt32.max)
         let peer = Peer(broker: broker, credentials: credentials, transport: self)
         self.peer = peer
+        if case .handedOverWithoutRecord = origin {
+            // Its state was lost with the snapshot: tell the client to reconnect and subscribe again.
+            peer.beginShutdown()
+            broker.flushDirtyPeers()
+            context.fireChannelActive()
+            return
+        }
         awaitingIdentity = true
         broker.identities.resolve(
             credentials, groupsFound: { [self] groups in groupsFound(groups) },
@@ -215,6 +241,36 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         peer?.logger.debug("connection error", metadata: ["error": "\(error)"])
         broker.flushDirtyPeers()
         context.close(promise: nil)
+    }
+
+    // MARK: Hand-over
+
+    /// Serves a connection a predecessor handed over: its peer as it was, the start of a frame it had read, and
+    /// the bytes it still owed the client, written at the next tick.
+    private func takeOver(_ record: HandoverSnapshot.PeerRecord, context: ChannelHandlerContext) {
+        let peer = Peer(broker: broker, restoring: record, transport: self)
+        self.peer = peer
+        if !record.inbound.isEmpty { accumulator.append(ByteBuffer(bytes: record.inbound)) }
+        context.fireChannelActive()
+        context.eventLoop.assumeIsolated().execute { [self] in
+            broker.flushDirtyPeers()
+            guard accumulator.bufferedBytes > 0 else { return }
+            deferServing()
+        }
+    }
+
+    /// This connection as a hand-over record, or `nil` if it has no peer (it is closing).
+    func handoverRecord() -> HandoverSnapshot.PeerRecord? {
+        guard let peer, let context else { return nil }
+        // The bytes the channel took and has not written yet: the record carries them from where it stopped.
+        let unwritten = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+        return peer.handoverRecord(cookie: cookie, unwrittenInChannel: unwritten, inbound: accumulator.bufferedContents)
+    }
+
+    /// Closes the channel once its socket has been handed over: only this process's descriptor closes, so the
+    /// client sees nothing, and nothing more is written.
+    func closeForHandover() {
+        context?.close(promise: nil)
     }
 
     // MARK: Shutdown

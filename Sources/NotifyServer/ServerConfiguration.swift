@@ -58,6 +58,14 @@ package enum ListenAddress: Sendable, Hashable, CustomStringConvertible {
     /// any, is not the server's to remove.
     case inheritedDescriptor(Int32, path: String?)
 
+    /// The socket's path, when it has one.
+    package var path: String? {
+        switch self {
+        case .path(let path): path
+        case .inheritedDescriptor(_, let path): path
+        }
+    }
+
     /// How this reads in logs and error messages.
     package var description: String {
         switch self {

@@ -56,6 +56,35 @@ struct StateStore {
         accounts.account(for: sender.uid).chargeRetained(payload.readableBytes)
     }
 
+    // MARK: Hand-over
+
+    /// The state values and retained notifications, for a hand-over snapshot.
+    func handoverRecords() -> (states: [HandoverSnapshot.State], retained: [HandoverSnapshot.Retained]) {
+        let states = self.states.map { HandoverSnapshot.State(name: $0.key.string, value: $0.value.value, ownerUID: $0.value.ownerUID) }
+        let retained = self.retained.map { name, entry in
+            HandoverSnapshot.Retained(
+                name: name.string, sequence: entry.sequence, sender: entry.sender, ownerUID: entry.ownerUID,
+                payload: Array(entry.payload.readableBytesView))
+        }
+        return (states.sorted { $0.name < $1.name }, retained.sorted { $0.sequence < $1.sequence })
+    }
+
+    /// Takes over a predecessor's values, charged to their owners again without checking quotas.
+    mutating func restore(
+        states: [HandoverSnapshot.State], retained: [HandoverSnapshot.Retained], accounts: UserAccounts
+    ) {
+        for state in states {
+            self.states[ExactName(state.name)] = (state.value, state.ownerUID)
+            accounts.account(for: state.ownerUID).chargeRestored(stateNames: 1)
+        }
+        for entry in retained {
+            self.retained[ExactName(entry.name)] = RetainedNotification(
+                sequence: entry.sequence, sender: entry.sender, payload: ByteBuffer(bytes: entry.payload),
+                ownerUID: entry.ownerUID)
+            accounts.account(for: entry.ownerUID).chargeRetained(entry.payload.count)
+        }
+    }
+
     /// The retained notifications of every name `pattern` matches, oldest first, for which `mayObserve` holds.
     func retainedNotifications(
         matching pattern: NotificationPattern, where mayObserve: (String) -> Bool

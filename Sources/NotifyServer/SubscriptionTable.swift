@@ -34,6 +34,11 @@ struct SubscriptionTable {
 
     subscript(id: UInt32) -> Subscription? { byID[id] }
 
+    /// Every subscription with its id, by id (for a hand-over).
+    var all: [(id: UInt32, subscription: Subscription)] {
+        byID.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
     /// Whether the peer has no subscription with this pattern yet (a new one adds to the trie).
     func isNewPattern(_ pattern: NotificationPattern) -> Bool { patternIDs[ExactName(pattern.text)] == nil }
 

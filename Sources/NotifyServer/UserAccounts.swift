@@ -39,6 +39,15 @@ final class UserAccount {
 
     func releaseConnection() { connections -= 1 }
 
+    /// Charges what a predecessor daemon had charged, without checking quotas (a hand-over keeps everything a
+    /// user had, even if a reload lowered a quota since).
+    func chargeRestored(connections: Int = 0, subscriptions: Int = 0, patternLabels: Int = 0, stateNames: Int = 0) {
+        self.connections += connections
+        self.subscriptions += subscriptions
+        self.patternLabels += patternLabels
+        self.stateNames += stateNames
+    }
+
     /// Charges one subscription and the pattern labels it adds to the trie (0 for an exact name, or a pattern
     /// the connection already has), unless that exceeds a quota: then nothing is charged.
     ///

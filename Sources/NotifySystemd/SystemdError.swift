@@ -14,6 +14,10 @@ package enum SystemdError: Error, Sendable, Hashable, CustomStringConvertible {
     case noUsableListenSocket(passed: Int)
     /// `sd_watchdog_enabled` failed with this errno (malformed `WATCHDOG_USEC`/`WATCHDOG_PID`).
     case watchdogConfigurationInvalid(errno: Int32)
+    /// Storing descriptors in the service manager's file descriptor store failed with this errno.
+    case fileDescriptorStoreFailed(errno: Int32)
+    /// Asking the service manager over D-Bus about this service failed.
+    case serviceQueryFailed(String)
 
     /// How this reads in logs and error messages.
     package var description: String {
@@ -27,6 +31,10 @@ package enum SystemdError: Error, Sendable, Hashable, CustomStringConvertible {
                 + "check ListenStream= in the .socket unit"
         case .watchdogConfigurationInvalid(let code):
             "invalid watchdog settings (WATCHDOG_USEC/WATCHDOG_PID): \(SystemdError.describe(errno: code))"
+        case .fileDescriptorStoreFailed(let code):
+            "cannot store descriptors in the service manager (FDSTORE=1): \(SystemdError.describe(errno: code))"
+        case .serviceQueryFailed(let what):
+            "cannot ask the service manager about this service: \(what)"
         }
     }
 

@@ -21,6 +21,9 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     @inlinable
     package var bufferedBytes: Int { buffer?.readableBytes ?? 0 }
 
+    /// The bytes received and not yet returned as frames (a hand-over carries them to the next daemon).
+    package var bufferedContents: [UInt8] { buffer.map { Array($0.readableBytesView) } ?? [] }
+
     /// Adds bytes read from the stream.
     @inlinable
     package mutating func append(_ bytes: ByteBuffer) {

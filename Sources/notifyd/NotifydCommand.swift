@@ -53,6 +53,15 @@ struct NotifydCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Most bytes queued for one client before its notifications are dropped and counted.")
     var outboundLimit: Int = 8 * 1024 * 1024
 
+    @Flag(
+        name: .long,
+        help: ArgumentHelp(
+            "Take over from the daemon running on this socket without dropping a client.",
+            discussion: """
+                The running daemon hands its state and every connection (with SCM_RIGHTS) to this one and exits;                 clients notice nothing. With no daemon running, starts afresh. Under systemd, restart the unit                 instead (systemctl restart notifyd): the state travels through its file descriptor store.
+                """))
+    var replace = false
+
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level = .info
 
@@ -113,15 +122,39 @@ struct NotifydCommand: AsyncParsableCommand {
         let uid = getuid()
         let path = socket ?? SocketLocation.defaultPath(uid: uid, environment: environment)
         let mode = socketMode.flatMap { UInt32($0, radix: 8) } ?? (uid == 0 ? 0o666 : 0o600)
-        let listenAddress: ListenAddress
+        var listenAddress: ListenAddress
+        var handover: IncomingHandover?
         let watchdog: ServiceWatchdog?
         do throws(SystemdError) {
-            listenAddress = try Self.listenAddress(defaultPath: path, explicitPath: socket, logger: logger)
+            (listenAddress, handover) = try Self.listenAddress(defaultPath: path, explicitPath: socket, logger: logger)
             watchdog = try ServiceWatchdog.fromEnvironment()
         } catch {
             logger.critical("\(error.description)")
             throw ExitCode(1)
         }
+        let fromStore = handover != nil
+        if replace {
+            if case .inheritedDescriptor = listenAddress {
+                logger.warning("--replace is ignored for a socket passed by systemd: restart the unit instead")
+            } else {
+                do throws(ReplaceChannel.Failure) {
+                    if let (taken, listener) = try ReplaceChannel.takeOver(controlPath: ReplaceChannel.controlPath(for: path)) {
+                        handover = taken
+                        listenAddress = .inheritedDescriptor(listener, path: path)
+                    } else {
+                        logger.notice("--replace: no daemon is running at \(path); starting afresh")
+                    }
+                } catch {
+                    logger.critical("--replace: \(error.description)")
+                    throw ExitCode(1)
+                }
+            }
+        }
+        // Under a service manager that starts it from a socket unit, a restart hands the state over through the
+        // file descriptor store.
+        let isManaged = environment["NOTIFY_SOCKET"] != nil
+        var isSocketActivated = false
+        if case .inheritedDescriptor = listenAddress, !replace { isSocketActivated = true }
 
         let configSource = ConfigurationSource.resolve(
             explicit: config, isSystemDaemon: Self.isSystemDaemon(listenAddress), environment: environment)
@@ -144,7 +177,12 @@ struct NotifydCommand: AsyncParsableCommand {
             access: access)
 
         let (listening, listeningContinuation) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        let server = NotifyServer(configuration: configuration, logger: logger) { address in
+        let server = NotifyServer(
+            configuration: configuration, logger: logger, handover: handover,
+            stopHandover: isManaged && isSocketActivated ? StoreHandover(logger: logger) : nil
+        ) { address in
+            // The new process serves what the store held: the store lets go of it.
+            if fromStore { StoreHandover.removeStored() }
             listeningContinuation.yield(address)
             listeningContinuation.finish()
         }
@@ -154,7 +192,8 @@ struct NotifydCommand: AsyncParsableCommand {
             stallHook: testStallEventLoopAfter.map { EventLoopStallHook(after: $0, duration: testStallEventLoopSeconds) })
         // Graceful shutdown runs in reverse order: the integration says STOPPING=1 first, then the server drains.
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-            .init(service: server), .init(service: integration),
+            // A server that handed everything to a successor returns on its own: the rest then stops too.
+            .init(service: server, successTerminationBehavior: .gracefullyShutdownGroup), .init(service: integration),
             .init(
                 service: ConfigurationReloader(
                     source: configSource, server: server, notifier: ServiceManagerNotifier(), logger: logger)),
@@ -181,12 +220,13 @@ struct NotifydCommand: AsyncParsableCommand {
     }
 
     /// The socket passed by the service manager (socket activation), else `defaultPath` to bind.
+    /// The sockets a predecessor left in systemd's file descriptor store are taken too.
     private static func listenAddress(defaultPath: String, explicitPath: String?, logger: Logger) throws(SystemdError)
-        -> ListenAddress
+        -> (ListenAddress, IncomingHandover?)
     {
-        let inherited = try SocketActivation.takeInheritedSockets()
+        let (handover, inherited) = StoreHandover.take(from: try SocketActivation.takeInheritedSockets(), logger: logger)
         guard let chosen = try SocketActivation.choose(from: inherited, preferredName: "notifyd") else {
-            return .path(defaultPath)
+            return (.path(defaultPath), handover)
         }
         for other in inherited where other != chosen {
             logger.warning("ignoring an extra socket passed by the service manager", metadata: ["socket": "\(other)"])
@@ -197,7 +237,7 @@ struct NotifydCommand: AsyncParsableCommand {
                 metadata: ["socket": "\(chosen)", "ignored": "\(explicitPath)"])
         }
         logger.info("socket-activated", metadata: ["socket": "\(chosen)"])
-        return .inheritedDescriptor(chosen.descriptor, path: chosen.path)
+        return (.inheritedDescriptor(chosen.descriptor, path: chosen.path), handover)
     }
 }
 

@@ -80,14 +80,17 @@ package final class TestServer: Sendable {
 
     /// Starts a server on `socketPath` (its directory, removed by ``stop()``, may not exist yet: the server makes
     /// it) and waits until it listens; throws what `run()` threw if it stops before listening.
+    ///
+    /// - Parameter handover: what the server takes over from a predecessor (see ``NotifyServer``).
     package static func start(
-        socketPath path: String, _ configure: (inout ServerConfiguration) -> Void = { _ in }
+        socketPath path: String, handover: IncomingHandover? = nil,
+        _ configure: (inout ServerConfiguration) -> Void = { _ in }
     ) async throws -> TestServer {
         var configuration = configuration(path: path)
         configure(&configuration)
         let listening = OneShot<String>()
         let finished = OneShot<Void>()
-        let server = NotifyServer(configuration: configuration, logger: logger) { address in
+        let server = NotifyServer(configuration: configuration, logger: logger, handover: handover) { address in
             listening.fulfill(.success(address))
         }
         let runTask = Task {

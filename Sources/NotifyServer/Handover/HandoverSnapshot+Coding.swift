@@ -1,0 +1,317 @@
+import NotifyWire
+
+/// Why a snapshot cannot be loaded. The successor then serves the handed-over sockets as new connections and
+/// sends each a `GOODBYE`, so their clients reconnect and resubscribe as after a crash.
+package enum HandoverError: Error, Equatable, CustomStringConvertible {
+    /// The bytes do not start with the snapshot magic.
+    case notASnapshot
+    /// Written by a format this daemon does not read (a newer daemon's).
+    case unsupportedVersion(UInt16)
+    /// The checksum over the body does not match: the snapshot was damaged.
+    case checksumMismatch
+    /// The body ends early, holds a value out of range, or has bytes after its end.
+    case malformed(String)
+
+    /// How this reads in the log.
+    package var description: String {
+        switch self {
+        case .notASnapshot: "not a notifyd snapshot (wrong magic)"
+        case .unsupportedVersion(let version):
+            "snapshot format \(version) is not supported (this daemon reads formats \(HandoverSnapshot.oldestReadableVersion) to \(HandoverSnapshot.formatVersion))"
+        case .checksumMismatch: "the snapshot's checksum does not match its contents"
+        case .malformed(let what): "malformed snapshot: \(what)"
+        }
+    }
+}
+
+// The format (all integers big-endian; `protocol/PROTOCOL.md` § 15 describes it field by field):
+//   magic "NTFYSNAP" · u16 version · u16 0 · u64 body length · body · u64 FNV-1a of the body
+// The version changes whenever the body's layout does; a daemon reads its own version and the one before, so an
+// upgrade by one release always keeps its clients.
+extension HandoverSnapshot {
+    /// The version this daemon writes.
+    package static let formatVersion: UInt16 = 1
+    /// The oldest version this daemon reads (``formatVersion`` − 1 once there is one).
+    package static let oldestReadableVersion: UInt16 = 1
+    static let magic: [UInt8] = Array("NTFYSNAP".utf8)
+    /// Bytes before the body: magic, version, reserved, body length.
+    static let headerLength = 8 + 2 + 2 + 8
+
+    /// The snapshot as bytes.
+    package func encoded() -> [UInt8] {
+        var body = SnapshotWriter()
+        body.u64(instanceID.high)
+        body.u64(instanceID.low)
+        body.u64(lastSequence)
+        body.u64(lastConnectionNumber)
+        for value in [
+            counters.connectionsAccepted, counters.posts, counters.deliveries, counters.merged, counters.dropped,
+            counters.slowConsumerDisconnects, counters.acceptFailures, counters.connectionsRefused,
+        ] { body.u64(value) }
+        body.u32(UInt32(states.count))
+        for state in states {
+            body.string(state.name)
+            body.u64(state.value)
+            body.u32(state.ownerUID)
+        }
+        body.u32(UInt32(retained.count))
+        for entry in retained {
+            body.string(entry.name)
+            body.u64(entry.sequence)
+            body.credentials(entry.sender)
+            body.u32(entry.ownerUID)
+            body.bytes(entry.payload)
+        }
+        body.u32(UInt32(peers.count))
+        for peer in peers {
+            body.u64(peer.cookie)
+            body.u64(peer.number)
+            body.credentials(peer.credentials)
+            body.u32(UInt32(peer.groups.count))
+            for group in peer.groups { body.u32(group) }
+            body.u8(peer.command == nil ? 0 : 1)
+            body.string(peer.command ?? "")
+            body.u8(peer.phase.rawValue)
+            body.string(peer.clientName)
+            body.u32(peer.suspendCount)
+            body.u64(peer.merged)
+            body.u64(peer.dropped)
+            body.u32(UInt32(peer.subscriptions.count))
+            for subscription in peer.subscriptions {
+                body.u32(subscription.id)
+                body.string(subscription.pattern)
+                body.u8(subscription.policy.code)
+                body.u32(subscription.policy.queueLimit)
+            }
+            body.bytes(peer.outbound)
+            body.bytes(peer.held)
+            body.bytes(peer.inbound)
+        }
+        var out = SnapshotWriter()
+        out.raw(Self.magic)
+        out.u16(Self.formatVersion)
+        out.u16(0)
+        out.u64(UInt64(body.bytes.count))
+        out.raw(body.bytes)
+        out.u64(fnv1a(body.bytes[...]))
+        return out.bytes
+    }
+
+    /// Reads a snapshot, checking every field: names and patterns against the grammar, policies, counts against
+    /// the bytes that remain.
+    package init(decoding bytes: [UInt8]) throws(HandoverError) {
+        guard bytes.count >= Self.magic.count, Array(bytes[0..<Self.magic.count]) == Self.magic else {
+            throw .notASnapshot
+        }
+        var header = SnapshotReader(bytes[...])
+        _ = try header.raw(Self.magic.count)
+        let version = try header.u16()
+        guard (Self.oldestReadableVersion...Self.formatVersion).contains(version) else {
+            throw .unsupportedVersion(version)
+        }
+        guard try header.u16() == 0 else { throw .malformed("reserved header field is not 0") }
+        let length = try header.u64()
+        guard length <= UInt64(bytes.count - Self.headerLength), bytes.count - Self.headerLength - Int(length) == 8 else {
+            throw .malformed("body length \(length) does not match the \(bytes.count) bytes given")
+        }
+        let body = bytes[Self.headerLength..<(Self.headerLength + Int(length))]
+        var trailer = SnapshotReader(bytes[(Self.headerLength + Int(length))...])
+        guard try trailer.u64() == fnv1a(body) else { throw .checksumMismatch }
+
+        var reader = SnapshotReader(body)
+        instanceID = InstanceID(high: try reader.u64(), low: try reader.u64())
+        lastSequence = try reader.u64()
+        lastConnectionNumber = try reader.u64()
+        counters = Counters()
+        counters.connectionsAccepted = try reader.u64()
+        counters.posts = try reader.u64()
+        counters.deliveries = try reader.u64()
+        counters.merged = try reader.u64()
+        counters.dropped = try reader.u64()
+        counters.slowConsumerDisconnects = try reader.u64()
+        counters.acceptFailures = try reader.u64()
+        counters.connectionsRefused = try reader.u64()
+        states = []
+        for _ in 0..<(try reader.count(minimumBytesEach: 2 + 8 + 4)) {
+            states.append(State(name: try reader.name(), value: try reader.u64(), ownerUID: try reader.u32()))
+        }
+        retained = []
+        for _ in 0..<(try reader.count(minimumBytesEach: 2 + 8 + 12 + 4 + 4)) {
+            retained.append(
+                Retained(
+                    name: try reader.name(), sequence: try reader.u64(), sender: try reader.credentials(),
+                    ownerUID: try reader.u32(), payload: try reader.byteField()))
+        }
+        peers = []
+        var numbers = Set<UInt64>()
+        var cookies = Set<UInt64>()
+        for _ in 0..<(try reader.count(minimumBytesEach: 8 + 8 + 12 + 4 + 1 + 2 + 1 + 2 + 4 + 8 + 8 + 4 + 4 + 4 + 4)) {
+            let cookie = try reader.u64()
+            let number = try reader.u64()
+            guard cookies.insert(cookie).inserted else { throw .malformed("socket cookie \(cookie) appears twice") }
+            guard numbers.insert(number).inserted, number <= lastConnectionNumber else {
+                throw .malformed("connection number \(number) repeats or exceeds the last one given out")
+            }
+            let credentials = try reader.credentials()
+            var groups: [UInt32] = []
+            for _ in 0..<(try reader.count(minimumBytesEach: 4)) { groups.append(try reader.u32()) }
+            let hasCommand = try reader.flag()
+            let command = try reader.string()
+            let phaseCode = try reader.u8()
+            guard let phase = Phase(rawValue: phaseCode) else {
+                throw .malformed("connection \(number) is in unknown phase \(phaseCode)")
+            }
+            let clientName = try reader.string()
+            let suspendCount = try reader.u32()
+            let merged = try reader.u64()
+            let dropped = try reader.u64()
+            var subscriptions: [Subscription] = []
+            var ids = Set<UInt32>()
+            for _ in 0..<(try reader.count(minimumBytesEach: 4 + 2 + 1 + 4)) {
+                let id = try reader.u32()
+                guard ids.insert(id).inserted else { throw .malformed("subscription id \(id) repeats on connection \(number)") }
+                let pattern = try reader.pattern()
+                let code = try reader.u8()
+                let limit = try reader.u32()
+                guard let policy = DeliveryPolicy(code: code, queueLimit: limit) else {
+                    throw .malformed("policy \(code) with queue limit \(limit) on connection \(number)")
+                }
+                subscriptions.append(Subscription(id: id, pattern: pattern, policy: policy))
+            }
+            guard phase != .awaitingHello || subscriptions.isEmpty else {
+                throw .malformed("connection \(number) has subscriptions before its handshake")
+            }
+            peers.append(
+                PeerRecord(
+                    cookie: cookie, number: number, credentials: credentials, groups: groups,
+                    command: hasCommand ? command : nil, phase: phase, clientName: clientName,
+                    suspendCount: suspendCount, merged: merged, dropped: dropped, subscriptions: subscriptions,
+                    outbound: try reader.byteField(), held: try reader.byteField(), inbound: try reader.byteField()))
+        }
+        guard reader.isAtEnd else { throw .malformed("\(reader.remaining) bytes after the last connection") }
+    }
+}
+
+/// FNV-1a, 64 bits: catches a damaged snapshot (not an attacker: only the daemon's own user can hand one over).
+func fnv1a(_ bytes: ArraySlice<UInt8>) -> UInt64 {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in bytes {
+        hash ^= UInt64(byte)
+        hash &*= 0x0000_0100_0000_01b3
+    }
+    return hash
+}
+
+/// Appends big-endian fields.
+struct SnapshotWriter {
+    var bytes: [UInt8] = []
+
+    mutating func raw(_ data: [UInt8]) { bytes.append(contentsOf: data) }
+    mutating func u8(_ value: UInt8) { bytes.append(value) }
+    mutating func u16(_ value: UInt16) { withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) } }
+    mutating func u32(_ value: UInt32) { withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) } }
+    mutating func u64(_ value: UInt64) { withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) } }
+    /// A string: u16 length + UTF-8 (names, patterns and client names are all shorter than 64 KiB).
+    mutating func string(_ value: String) {
+        let utf8 = Array(value.utf8.prefix(Int(UInt16.max)))
+        u16(UInt16(utf8.count))
+        raw(utf8)
+    }
+    /// Bytes: u32 length + bytes.
+    mutating func bytes(_ value: [UInt8]) {
+        u32(UInt32(value.count))
+        raw(value)
+    }
+    mutating func credentials(_ value: SenderCredentials) {
+        u32(value.pid)
+        u32(value.uid)
+        u32(value.gid)
+    }
+}
+
+/// Reads big-endian fields, failing with ``HandoverError/malformed(_:)`` at the first one cut short.
+struct SnapshotReader {
+    private let input: ArraySlice<UInt8>
+    private var position: Int
+
+    init(_ bytes: ArraySlice<UInt8>) {
+        self.input = bytes
+        self.position = bytes.startIndex
+    }
+
+    var remaining: Int { input.endIndex - position }
+    var isAtEnd: Bool { remaining == 0 }
+
+    mutating func raw(_ count: Int) throws(HandoverError) -> ArraySlice<UInt8> {
+        guard count >= 0, count <= remaining else {
+            throw .malformed("a field of \(count) bytes runs past the end (\(remaining) left)")
+        }
+        defer { position += count }
+        return input[position..<(position + count)]
+    }
+
+    private mutating func integer<T: FixedWidthInteger>(_: T.Type) throws(HandoverError) -> T {
+        var value: T = 0
+        for byte in try raw(MemoryLayout<T>.size) { value = value << 8 | T(byte) }
+        return value
+    }
+
+    mutating func u8() throws(HandoverError) -> UInt8 { try integer(UInt8.self) }
+    mutating func u16() throws(HandoverError) -> UInt16 { try integer(UInt16.self) }
+    mutating func u32() throws(HandoverError) -> UInt32 { try integer(UInt32.self) }
+    mutating func u64() throws(HandoverError) -> UInt64 { try integer(UInt64.self) }
+
+    mutating func flag() throws(HandoverError) -> Bool {
+        switch try u8() {
+        case 0: return false
+        case 1: return true
+        case let other: throw .malformed("flag byte \(other) is neither 0 nor 1")
+        }
+    }
+
+    /// A count of entries each at least `minimumBytesEach` long: more than the bytes left could hold is an error
+    /// before anything is allocated for them.
+    mutating func count(minimumBytesEach: Int) throws(HandoverError) -> Int {
+        let count = Int(try u32())
+        guard count <= remaining / minimumBytesEach else {
+            throw .malformed("\(count) entries cannot fit in the \(remaining) bytes left")
+        }
+        return count
+    }
+
+    mutating func string() throws(HandoverError) -> String {
+        let utf8 = try raw(Int(try u16()))
+        guard let string = String(validating: utf8, as: UTF8.self) else { throw .malformed("a string is not UTF-8") }
+        return string
+    }
+
+    /// A notification name, checked against the grammar.
+    mutating func name() throws(HandoverError) -> String {
+        let name = try string()
+        do {
+            try NotificationName.validate(name)
+        } catch {
+            throw .malformed(error.description)
+        }
+        return name
+    }
+
+    /// A name or pattern, checked against the grammar.
+    mutating func pattern() throws(HandoverError) -> String {
+        let text = try string()
+        do {
+            _ = try NotificationPattern(text)
+        } catch {
+            throw .malformed(error.description)
+        }
+        return text
+    }
+
+    mutating func byteField() throws(HandoverError) -> [UInt8] {
+        Array(try raw(Int(try u32())))
+    }
+
+    mutating func credentials() throws(HandoverError) -> SenderCredentials {
+        SenderCredentials(pid: try u32(), uid: try u32(), gid: try u32())
+    }
+}

@@ -1,0 +1,86 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+import Logging
+import NotifyServer
+import NotifySystemd
+
+/// The hand-over under systemd: on a restart job the daemon's snapshot (a sealed memfd) and its client sockets go
+/// into the service's file descriptor store, and the next process takes them from `LISTEN_FDS`; on a stop job
+/// (or when the store is too small, or the bus cannot be asked) every client gets its `GOODBYE` as before.
+struct StoreHandover: HandoverSink {
+    /// The names the entries are stored under.
+    static let clientName = "notifyd-client"
+    static let snapshotName = "notifyd-snapshot"
+
+    let logger: Logger
+
+    func shouldHandOver(connections: Int) async -> Bool {
+        let job: Result<ServiceJob, SystemdError> = await Self.offThread {
+            Result { () throws(SystemdError) in try ServiceJob.current() }
+        }
+        switch job {
+        case .failure(let error):
+            logger.notice("stopping without a hand-over: \(error.description)")
+            return false
+        case .success(let job):
+            guard job.isRestart else {
+                logger.info("stopping (not a restart): clients are sent GOODBYE", metadata: ["job": "\(job.type ?? "none")"])
+                return false
+            }
+            guard Int(job.fileDescriptorStoreMax) > connections else {
+                logger.warning(
+                    "restarting without a hand-over: FileDescriptorStoreMax= is too small for the connections",
+                    metadata: ["connections": "\(connections)", "FileDescriptorStoreMax": "\(job.fileDescriptorStoreMax)"])
+                return false
+            }
+            logger.notice("restarting: handing the connections to the next process", metadata: ["connections": "\(connections)"])
+            return true
+        }
+    }
+
+    func deliver(_ handover: OutgoingHandover) async throws {
+        guard let snapshot = SnapshotFile.make(handover.snapshot) else {
+            throw SystemdError.fileDescriptorStoreFailed(errno: errno)
+        }
+        defer { close(snapshot) }
+        let stored: Result<Void, SystemdError> = await Self.offThread {
+            Result { () throws(SystemdError) in
+                try FileDescriptorStore.store(handover.clientSockets, name: Self.clientName)
+                try FileDescriptorStore.store([snapshot], name: Self.snapshotName)
+            }
+        }
+        try stored.get()
+    }
+
+    /// Takes what a predecessor stored from the sockets systemd passed, leaving the others (the listening socket).
+    static func take(from inherited: [InheritedSocket], logger: Logger) -> (IncomingHandover?, rest: [InheritedSocket]) {
+        let clients = inherited.filter { $0.name == clientName }.map(\.descriptor)
+        let snapshots = inherited.filter { $0.name == snapshotName }.map(\.descriptor)
+        let rest = inherited.filter { $0.name != clientName && $0.name != snapshotName }
+        guard !clients.isEmpty || !snapshots.isEmpty else { return (nil, rest) }
+        defer { for descriptor in snapshots { close(descriptor) } }
+        guard snapshots.count == 1, let bytes = SnapshotFile.read(snapshots[0]) else {
+            logger.error("the file descriptor store holds \(snapshots.count) snapshots; expected one")
+            return (IncomingHandover(failure: .malformed("\(snapshots.count) snapshots stored"), clientSockets: clients), rest)
+        }
+        return (IncomingHandover(snapshotBytes: bytes, clientSockets: clients, ownsSocketFile: false), rest)
+    }
+
+    /// Empties the store once the new process serves everything it held.
+    static func removeStored() {
+        FileDescriptorStore.remove(name: clientName)
+        FileDescriptorStore.remove(name: snapshotName)
+    }
+
+    /// Runs blocking libsystemd calls on a thread of their own.
+    private static func offThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            let thread = Thread { continuation.resume(returning: body()) }
+            thread.start()
+        }
+    }
+}

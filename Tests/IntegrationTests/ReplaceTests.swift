@@ -1,0 +1,85 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Foundation
+import NIOCore
+import NotifyTestSupport
+import NotifyWire
+import Testing
+
+extension Integration {
+    /// `notifyd --replace`: a new notifyd process takes every connection and all state over from the running one,
+    /// as nginx and HAProxy do for binary upgrades. The clients (the library, notifyctl, a raw client) see nothing.
+    @Suite("notifyd --replace")
+    struct ReplaceTests {
+        @Test("a new notifyd takes over from the running one: no client reconnects, misses or repeats a notification")
+        func replaceRunningDaemon() async throws {
+            try await withIntegrationScope { scope in
+                let socket = scope.socketPath
+                let name = "replace.test"
+                let first = try await scope.startDaemon()
+                let listen = try scope.launch(.notifyctl, ["listen", "replace.*", "--socket", socket])
+                let peer = try scope.launch(.testPeer, ["observe", "--socket", socket, "--name", name, "--target", "queue"])
+                try await listen.waitForLine(containing: "listening", on: .stderr)
+                try await peer.waitForLine(containing: "ready", on: .stdout)
+                let raw = try await TestClient.connect(to: socket, name: "raw")
+                _ = try await raw.hello()
+                try await raw.subscribe(name, id: 1, policy: .queue(limit: 100_000))
+                let poster = try await TestClient.connect(to: socket, name: "poster")
+                _ = try await poster.hello()
+                try await poster.setState("replace.state", 7)
+
+                for index in 0..<50 { try await poster.postUnacknowledged(name, ByteBuffer(string: "before-\(index)")) }
+                _ = try await poster.barrier()
+                let second = try scope.launch(.notifyd, ["--socket", socket, "--log-level", "info", "--replace"])
+                // Posted while the daemons change hands: they wait in the socket for the new one.
+                for index in 0..<50 { try await poster.postUnacknowledged(name, ByteBuffer(string: "gap-\(index)")) }
+                let firstEnd = try await first.child.waitForExit(timeout: 20)
+                #expect(firstEnd == .exited(0), "\(first.child.diagnostics)")
+                #expect(first.child.stderrText.contains("handed over"), "\(first.child.diagnostics)")
+                try await second.waitForLine(containing: "took over", on: .stderr)
+                for index in 0..<50 { try await poster.postUnacknowledged(name, ByteBuffer(string: "after-\(index)")) }
+                _ = try await poster.barrier()
+
+                let expected = ["before", "gap", "after"].flatMap { stage in (0..<50).map { "\(stage)-\($0)" } }
+                var sequences: [UInt64] = []
+                var payloads: [String] = []
+                while payloads.count < expected.count {
+                    let notification = try await raw.nextNotification()
+                    sequences.append(notification.sequence)
+                    payloads.append(String(buffer: notification.payload))
+                }
+                #expect(payloads == expected)
+                #expect(zip(sequences, sequences.dropFirst()).allSatisfy { $1 == $0 + 1 }, "\(sequences)")
+                #expect(try await poster.state(of: "replace.state") == 7)
+                try await raw.expectQuiet("nothing but the notifications: no GOODBYE, no WELCOME")
+
+                try await peer.waitForLine(containing: " after-49", on: .stdout)
+                try await listen.waitForLine(containing: " after-49", on: .stdout)
+                #expect(peer.stdoutLines.filter { $0.contains(" before-") || $0.contains(" gap-") || $0.contains(" after-") }.count == 150)
+                for client in [peer, listen] {
+                    #expect(!client.stderrText.contains("disconnected"), "the library saw nothing\n\(client.diagnostics)")
+                }
+
+                // The successor created nothing, but stops like the first would have: GOODBYE, then its socket file goes.
+                second.send(SIGTERM)
+                #expect(try await second.waitForExit(timeout: 20) == .exited(0), "\(second.diagnostics)")
+                #expect(!UnixSocket.fileExists(at: socket), "the successor removes the socket file its predecessor made")
+                try await peer.waitForLine(containing: "event: disconnected", on: .stderr)
+            }
+        }
+
+        @Test("--replace with no daemon running starts one as usual")
+        func replaceWithNothingRunning() async throws {
+            try await withIntegrationScope { scope in
+                let daemon = try await DaemonProcess.start(socketPath: scope.socketPath, options: ["--replace"]) {
+                    try scope.launch($0, $1)
+                }
+                #expect(daemon.child.stderrText.contains("starting afresh"), "\(daemon.child.diagnostics)")
+                try await daemon.stop()
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import NotifyWire
+import Testing
+
+@testable import NotifyServer
+
+/// The hand-over snapshot's format: every field survives, and bad bytes are refused with a reason, never a crash.
+@Suite("Hand-over snapshot format")
+struct HandoverSnapshotTests {
+    /// A snapshot with one of everything: states, retained notifications, and connections in every phase with
+    /// every policy, owed bytes that start mid-frame and a partly received frame.
+    static let sample = HandoverSnapshot(
+        instanceID: InstanceID(high: 0x0123_4567_89ab_cdef, low: 0xfedc_ba98_7654_3210), lastSequence: 4_242,
+        lastConnectionNumber: 17,
+        counters: {
+            var counters = HandoverSnapshot.Counters()
+            counters.connectionsAccepted = 17
+            counters.posts = 4_242
+            counters.deliveries = 9_000
+            counters.merged = 12
+            counters.dropped = 3
+            counters.slowConsumerDisconnects = 1
+            counters.acceptFailures = 2
+            counters.connectionsRefused = 1
+            return counters
+        }(),
+        states: [
+            HandoverSnapshot.State(name: "user.1000.mode", value: 7, ownerUID: 1_000),
+            HandoverSnapshot.State(name: "system.power", value: .max, ownerUID: 0),
+        ],
+        retained: [
+            HandoverSnapshot.Retained(
+                name: "config.changed", sequence: 4_200, sender: SenderCredentials(pid: 99, uid: 1_000, gid: 1_000),
+                ownerUID: 1_000, payload: Array("v2".utf8))
+        ],
+        peers: [
+            HandoverSnapshot.PeerRecord(
+                cookie: 0xC00C_1E, number: 3, credentials: SenderCredentials(pid: 4_321, uid: 1_000, gid: 100),
+                groups: [100, 27], command: "observer", phase: .open, clientName: "observer \u{1F600}", suspendCount: 2,
+                merged: 5, dropped: 1,
+                subscriptions: [
+                    HandoverSnapshot.Subscription(id: 1, pattern: "config.changed", policy: .coalesce),
+                    HandoverSnapshot.Subscription(id: 2, pattern: "config.*", policy: .queue(limit: 100)),
+                    HandoverSnapshot.Subscription(id: 9, pattern: "alerts.>", policy: .disconnect),
+                ],
+                outbound: [0x00, 0x2A, 0x85, 0x01], held: [0x00, 0x00, 0x00, 0x01, 0x84],
+                inbound: [0x00, 0x00, 0x00, 0x09, 0x04]),
+            HandoverSnapshot.PeerRecord(
+                cookie: 0xC00C_1F, number: 17, credentials: SenderCredentials(pid: 0, uid: 0, gid: 0), groups: [],
+                command: nil, phase: .awaitingHello, clientName: "", suspendCount: 0, merged: 0, dropped: 0,
+                subscriptions: [], outbound: [], inbound: []),
+            HandoverSnapshot.PeerRecord(
+                cookie: 0xC00C_20, number: 12, credentials: SenderCredentials(pid: 5, uid: 65_534, gid: 65_534),
+                groups: [65_534], command: "bad", phase: .closing, clientName: "bad", suspendCount: 0, merged: 0,
+                dropped: 0, subscriptions: [], outbound: Array("error frame".utf8), inbound: []),
+        ])
+
+    static let fixturePath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/snapshot-v1.bin").path
+
+    @Test("every field comes back as it was written")
+    func roundTrip() throws {
+        let decoded = try HandoverSnapshot(decoding: Self.sample.encoded())
+        #expect(decoded == Self.sample)
+    }
+
+    /// The fixture was written by format 1 and is never regenerated: once the format changes, this test is what
+    /// shows the new daemon still takes over from the previous release.
+    @Test("a snapshot written by format 1 (committed fixture) still loads")
+    func previousFormatLoads() throws {
+        let bytes = try #require(FileManager.default.contents(atPath: Self.fixturePath), "missing \(Self.fixturePath)")
+        #expect(try HandoverSnapshot(decoding: Array(bytes)) == Self.sample)
+    }
+
+    @Test("every truncation is refused with a reason")
+    func truncations() {
+        let bytes = Self.sample.encoded()
+        for length in 0..<bytes.count {
+            #expect(throws: HandoverError.self, "\(length) of \(bytes.count) bytes") {
+                try HandoverSnapshot(decoding: Array(bytes.prefix(length)))
+            }
+        }
+    }
+
+    @Test("a damaged byte anywhere in the body fails the checksum")
+    func damage() {
+        let bytes = Self.sample.encoded()
+        for index in HandoverSnapshot.headerLength..<(bytes.count - 8) {
+            var damaged = bytes
+            damaged[index] ^= 0x40
+            #expect(throws: HandoverError.checksumMismatch, "byte \(index)") { try HandoverSnapshot(decoding: damaged) }
+        }
+    }
+
+    @Test("a newer format, or something else, is refused by name")
+    func versionAndMagic() {
+        var newer = Self.sample.encoded()
+        newer[9] = 2  // version 2, big-endian at offset 8
+        #expect(throws: HandoverError.unsupportedVersion(2)) { try HandoverSnapshot(decoding: newer) }
+        #expect(HandoverError.unsupportedVersion(2).description.contains("formats 1 to 1"))
+        #expect(throws: HandoverError.notASnapshot) { try HandoverSnapshot(decoding: Array("GIF89a and more".utf8)) }
+    }
+
+    @Test("fields that pass the checksum but make no sense are refused")
+    func semanticChecks() {
+        func refused(_ change: (inout HandoverSnapshot) -> Void) -> HandoverError? {
+            var snapshot = Self.sample
+            change(&snapshot)
+            do {
+                _ = try HandoverSnapshot(decoding: snapshot.encoded())
+                return nil
+            } catch {
+                return error
+            }
+        }
+        #expect(refused { $0.states[0].name = "bad name" } != nil)
+        #expect(refused { $0.peers[0].subscriptions[1].pattern = "config.>.x" } != nil)
+        #expect(refused { $0.peers[1].cookie = $0.peers[0].cookie } != nil)
+        #expect(refused { $0.peers[1].number = 99 } != nil, "a number past the last one given out")
+        #expect(refused { $0.peers[0].subscriptions[1].id = 1 } != nil)
+        #expect(refused { $0.peers[1].subscriptions = $0.peers[0].subscriptions } != nil, "subscriptions before HELLO")
+    }
+
+    @Test("a count larger than the bytes left is refused before anything is allocated")
+    func hugeCount() {
+        var writer = SnapshotWriter()
+        for _ in 0..<12 { writer.u64(0) }  // instance id, sequence, connection number, counters
+        writer.u32(.max)  // states
+        var bytes = Array("NTFYSNAP".utf8) + [0, 1, 0, 0]
+        withUnsafeBytes(of: UInt64(writer.bytes.count).bigEndian) { bytes += $0 }
+        bytes += writer.bytes
+        withUnsafeBytes(of: fnv1a(writer.bytes[...]).bigEndian) { bytes += $0 }
+        #expect(throws: HandoverError.self) { try HandoverSnapshot(decoding: bytes) }
+    }
+}
