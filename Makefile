@@ -213,7 +213,7 @@ soak: deps
 FUZZ_SCRATCH   ?= $(CURDIR)/.build-fuzz
 FUZZ_SANITIZE  ?= fuzzer,address
 FUZZ_TARGETS   ?= FuzzClientFrames FuzzServerFrames FuzzAccumulatorChunking FuzzNamesAndPatterns FuzzConfiguration \
-                  FuzzTypedMessage
+                  FuzzTypedMessage FuzzSnapshot
 FUZZ_SMOKE_RUNS ?= 20000
 FUZZ_SECONDS   ?= 600
 FUZZ_BIN = $(FUZZ_SCRATCH)/release

@@ -59,28 +59,66 @@ package struct ServiceJob: Sendable, Equatable {
         self.fileDescriptorStoreMax = fileDescriptorStoreMax
     }
 
-    /// Asks the service manager about the unit this process belongs to.
-    package static func current(timeoutMicroseconds: UInt64 = 2_000_000) throws(SystemdError) -> ServiceJob {
-        var unitName: UnsafeMutablePointer<CChar>?
-        let found = sd_pid_get_unit(0, &unitName)
-        guard found >= 0, let unitName else { throw .serviceQueryFailed("not in a systemd unit (\(SystemdError.describe(errno: -found)))") }
-        let unit = String(cString: unitName)
-        free(unitName)
+    /// Which bus to ask the service manager on.
+    package enum Bus: Sendable {
+        /// The system bus (the D-Bus daemon).
+        case system
+        /// The user's bus (for a unit of a user's manager).
+        case user
+        /// The manager's own socket (`/run/systemd/private`, or `$XDG_RUNTIME_DIR/systemd/private` for a
+        /// user's manager): needs no D-Bus daemon, but only the manager's user may connect.
+        case managerSocket(String)
+    }
 
+    /// Asks the service manager about the unit process `pid` belongs to (found with `GetUnitByPID`, which needs
+    /// no `/proc`: the unit's `ProtectProc=` hides it).
+    package static func of(pid: Int32, on busChoice: Bus, timeoutMicroseconds: UInt64 = 2_000_000) throws(SystemdError)
+        -> ServiceJob
+    {
         var bus: OpaquePointer?
-        let opened = sd_bus_open_system(&bus)
-        guard opened >= 0, let bus else { throw .serviceQueryFailed("no system bus: \(SystemdError.describe(errno: -opened))") }
+        let opened: Int32
+        switch busChoice {
+        case .system: opened = sd_bus_open_system(&bus)
+        case .user: opened = sd_bus_open_user(&bus)
+        case .managerSocket(let path):
+            var created = sd_bus_new(&bus)
+            if created >= 0 { created = sd_bus_set_address(bus, "unix:path=\(path)") }
+            if created >= 0 { created = sd_bus_start(bus) }
+            opened = created
+        }
+        guard opened >= 0, let bus else { throw .serviceQueryFailed("no bus: \(SystemdError.describe(errno: -opened))") }
         defer { sd_bus_flush_close_unref(bus) }
         _ = sd_bus_set_method_call_timeout(bus, timeoutMicroseconds)
 
-        var unitPath: UnsafeMutablePointer<CChar>?
-        guard sd_bus_path_encode("/org/freedesktop/systemd1/unit", unit, &unitPath) >= 0, let unitPath else {
-            throw .serviceQueryFailed("cannot encode the unit name \(unit)")
-        }
-        defer { free(unitPath) }
-
         var error = sd_bus_error(name: nil, message: nil, _need_free: 0)
         defer { sd_bus_error_free(&error) }
+        var call: OpaquePointer?
+        guard sd_bus_message_new_method_call(
+            bus, &call, "org.freedesktop.systemd1", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
+            "GetUnitByPID") >= 0, let call
+        else { throw .serviceQueryFailed("cannot build the GetUnitByPID call") }
+        defer { sd_bus_message_unref(call) }
+        var pidArgument = UInt32(bitPattern: pid)
+        guard sd_bus_message_append_basic(call, CChar(UInt8(ascii: "u")), &pidArgument) >= 0 else {
+            throw .serviceQueryFailed("cannot build the GetUnitByPID call")
+        }
+        var unitReply: OpaquePointer?
+        let called = sd_bus_call(bus, call, 0, &error, &unitReply)
+        guard called >= 0, let unitReply else { throw .serviceQueryFailed(Self.describe(error, called)) }
+        defer { sd_bus_message_unref(unitReply) }
+        var unitPathPointer: UnsafePointer<CChar>?
+        guard sd_bus_message_read_basic(unitReply, CChar(UInt8(ascii: "o")), &unitPathPointer) >= 0,
+            let unitPathPointer
+        else { throw .serviceQueryFailed("unexpected answer to GetUnitByPID") }
+        let unitPath = String(cString: unitPathPointer)
+
+        var idText: UnsafeMutablePointer<CChar>?
+        let named = sd_bus_get_property_string(
+            bus, "org.freedesktop.systemd1", unitPath, "org.freedesktop.systemd1.Unit", "Id", &error, &idText)
+        guard named >= 0, let idText else { throw .serviceQueryFailed(Self.describe(error, named)) }
+        let unit = String(cString: idText)
+        free(idText)
+
         var reply: OpaquePointer?
         let asked = sd_bus_get_property(
             bus, "org.freedesktop.systemd1", unitPath, "org.freedesktop.systemd1.Unit", "Job", &error, &reply, "(uo)")

@@ -62,6 +62,17 @@ struct NotifydCommand: AsyncParsableCommand {
                 """))
     var replace = false
 
+    @Flag(
+        name: .long,
+        help: ArgumentHelp(
+            "For the unit's ExecStop=: tell the daemon on --socket whether systemd is restarting it, then exit.",
+            discussion: """
+                Run as root (ExecStop=+...) before systemd signals the daemon: asks the manager which job runs and \
+                leaves the answer in SOCKET.restart, so a restart hands every connection over instead of saying \
+                GOODBYE.
+                """))
+    var announceStop = false
+
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level = .info
 
@@ -112,6 +123,13 @@ struct NotifydCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if announceStop {
+            let environment = ProcessEnvironment.current
+            StopAnnouncement.announce(
+                socketPath: socket ?? SocketLocation.defaultPath(uid: getuid(), environment: environment),
+                environment: environment)
+            return
+        }
         ConfigurationReloader.ignoreHangupUntilTrapped()
         let environment = ProcessEnvironment.current
         let limiter = LogRateLimiter()
@@ -179,7 +197,7 @@ struct NotifydCommand: AsyncParsableCommand {
         let (listening, listeningContinuation) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let server = NotifyServer(
             configuration: configuration, logger: logger, handover: handover,
-            stopHandover: isManaged && isSocketActivated ? StoreHandover(logger: logger) : nil
+            stopHandover: isManaged && isSocketActivated ? StoreHandover(logger: logger, socketPath: listenAddress.path) : nil
         ) { address in
             // The new process serves what the store held: the store lets go of it.
             if fromStore { StoreHandover.removeStored() }

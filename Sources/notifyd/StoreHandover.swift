@@ -17,29 +17,41 @@ struct StoreHandover: HandoverSink {
     static let snapshotName = "notifyd-snapshot"
 
     let logger: Logger
+    /// The socket's path, next to which `notifyd --announce-stop` leaves its answer (see ``StopAnnouncement``).
+    let socketPath: String?
 
     func shouldHandOver(connections: Int) async -> Bool {
-        let job: Result<ServiceJob, SystemdError> = await Self.offThread {
-            Result { () throws(SystemdError) in try ServiceJob.current() }
+        let storeMax: UInt32
+        if let announced = socketPath.flatMap({ StopAnnouncement.restartAnnounced(socketPath: $0, pid: getpid()) }) {
+            storeMax = announced
+        } else {
+            // No announcement (a unit without the ExecStop= line, or a user's manager): ask on the bus.
+            let environment = ProcessEnvironment.current
+            let job: Result<ServiceJob, SystemdError> = await Self.offThread {
+                Result { () throws(SystemdError) in
+                    try ServiceJob.of(pid: getpid(), on: environment["MANAGERPID"] != nil ? .user : .system)
+                }
+            }
+            switch job {
+            case .failure(let error):
+                logger.notice("stopping without a hand-over: \(error.description)")
+                return false
+            case .success(let job):
+                guard job.isRestart else {
+                    logger.info("stopping (not a restart): clients are sent GOODBYE", metadata: ["job": "\(job.type ?? "none")"])
+                    return false
+                }
+                storeMax = job.fileDescriptorStoreMax
+            }
         }
-        switch job {
-        case .failure(let error):
-            logger.notice("stopping without a hand-over: \(error.description)")
+        guard Int(storeMax) > connections else {
+            logger.warning(
+                "restarting without a hand-over: FileDescriptorStoreMax= is too small for the connections",
+                metadata: ["connections": "\(connections)", "FileDescriptorStoreMax": "\(storeMax)"])
             return false
-        case .success(let job):
-            guard job.isRestart else {
-                logger.info("stopping (not a restart): clients are sent GOODBYE", metadata: ["job": "\(job.type ?? "none")"])
-                return false
-            }
-            guard Int(job.fileDescriptorStoreMax) > connections else {
-                logger.warning(
-                    "restarting without a hand-over: FileDescriptorStoreMax= is too small for the connections",
-                    metadata: ["connections": "\(connections)", "FileDescriptorStoreMax": "\(job.fileDescriptorStoreMax)"])
-                return false
-            }
-            logger.notice("restarting: handing the connections to the next process", metadata: ["connections": "\(connections)"])
-            return true
         }
+        logger.notice("restarting: handing the connections to the next process", metadata: ["connections": "\(connections)"])
+        return true
     }
 
     func deliver(_ handover: OutgoingHandover) async throws {

@@ -50,10 +50,14 @@ let package = Package(
             swiftSettings: wireAlias
         ),
         .target(name: "ConfigurationUnderTest", dependencies: ["FuzzedNotifyWire"], swiftSettings: wireAlias),
+        // The hand-over snapshot's format (Sources/NotifyServer/Handover/HandoverSnapshot*.swift, linked).
+        .target(name: "SnapshotUnderTest", dependencies: ["FuzzedNotifyWire"], swiftSettings: wireAlias),
         .executableTarget(name: "FuzzClientFrames", dependencies: fuzzDependencies, swiftSettings: wireAlias),
         .executableTarget(name: "FuzzServerFrames", dependencies: fuzzDependencies, swiftSettings: wireAlias),
         .executableTarget(name: "FuzzAccumulatorChunking", dependencies: fuzzDependencies, swiftSettings: wireAlias),
         .executableTarget(name: "FuzzNamesAndPatterns", dependencies: fuzzDependencies, swiftSettings: wireAlias),
+        .executableTarget(
+            name: "FuzzSnapshot", dependencies: fuzzDependencies + ["SnapshotUnderTest"], swiftSettings: wireAlias),
         .executableTarget(
             name: "FuzzConfiguration",
             dependencies: fuzzDependencies + ["ConfigurationUnderTest"],

@@ -12,8 +12,8 @@
 set -euo pipefail
 
 # Bump when the rootfs customisation below changes: it is part of the cache key.
-ROOTFS_LAYOUT=1
-PACKAGES="systemd systemd-sysv dbus libpam-systemd libnss-systemd libstdc++6 procps make"
+ROOTFS_LAYOUT=2
+PACKAGES="systemd systemd-sysv dbus libpam-systemd libnss-systemd libstdc++6 procps make python3"
 SUITE=bookworm
 TIMEOUT=${NOTIFYD_SYSTEMD_TIMEOUT:-600}
 

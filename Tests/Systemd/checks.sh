@@ -276,17 +276,28 @@ wait_for 15 contains "$work/life.out" ready || fail "the client-library observer
 deliver_to_life() {
     as bob notifyctl post com.example.life "$1" >/dev/null 2>&1 && wait_for 2 contains "$work/life.out" " $1\$"
 }
+instance() { as bob notifyctl status --json | sed -n 's/.*"instance_id" *: *"\([0-9a-f]*\)".*/\1/p'; }
+main_pid=$(prop notifyd MainPID)
+instance_before=$(instance)
+since=$(date +%s)
+# An upgrade: a new binary is installed over the running one, then the unit restarts.
+cp /usr/local/bin/notifyd /usr/local/bin/notifyd.new && mv -f /usr/local/bin/notifyd.new /usr/local/bin/notifyd
 systemctl restart notifyd.service
-if wait_for 20 sh -c "[ \$(grep -c 'shutting down' $work/life.err) -ge 1 ] && [ \$(grep -c resubscribed $work/life.err) -ge 1 ]" \
-    && wait_for 10 deliver_to_life after-restart; then
-    pass "systemctl restart: the client is told the daemon is shutting down (GOODBYE), reconnects and gets the next post"
+if wait_for 20 sh -c "[ \"\$(systemctl show -P MainPID notifyd)\" != $main_pid ] && systemctl is-active -q notifyd" \
+    && wait_for 10 deliver_to_life after-restart && ! grep -qE 'disconnected|shutting down' "$work/life.err" \
+    && [ "$(instance)" = "$instance_before" ] && journal_since "$since" | grep -q "handed over" \
+    && journal_since "$since" | grep -q "took over from the previous daemon"; then
+    pass "systemctl restart (after installing a new binary): the connections go to the new process through the fd store; the client stays connected and gets the next post, same instance"
 else
-    fail "systemctl restart with a listening client" "$(cat "$work/life.err")"
+    fail "systemctl restart hands the connections over" "$(cat "$work/life.err")" "instance $instance_before -> $(instance)" \
+        "$(journal_since "$since" | tail -15)"
 fi
+check "after the hand-over the fd store is empty again (FDSTOREREMOVE=1)" \
+    sh -c '[ "$(systemctl show -P NFileDescriptorStore notifyd)" = 0 ]'
 systemctl stop notifyd.service
-if wait_for 20 sh -c "[ \$(grep -c 'shutting down' $work/life.err) -ge 2 ] && [ \$(grep -c resubscribed $work/life.err) -ge 2 ]" \
+if wait_for 20 sh -c "[ \$(grep -c 'shutting down' $work/life.err) -ge 1 ] && [ \$(grep -c resubscribed $work/life.err) -ge 1 ]" \
     && systemctl is-active -q notifyd.socket && wait_for 10 deliver_to_life after-stop; then
-    pass "systemctl stop: GOODBYE, and the client's reconnection starts the daemon again through the socket"
+    pass "systemctl stop: GOODBYE (no hand-over), and the client's reconnection starts the daemon again through the socket"
 else
     fail "systemctl stop with a listening client" "$(cat "$work/life.err")" "service: $(systemctl is-active notifyd)"
 fi
@@ -303,7 +314,8 @@ else
 fi
 check "the journal says why: a watchdog timeout" \
     sh -c "journalctl --since @$since -o cat | grep -q 'Watchdog timeout'"
-if wait_for 20 sh -c "[ \$(grep -c resubscribed $work/life.err) -ge 3 ]" && wait_for 10 deliver_to_life after-watchdog; then
+# The restart above handed the connection over, so the stop was the first reconnection, the watchdog the second.
+if wait_for 20 sh -c "[ \$(grep -c resubscribed $work/life.err) -ge 2 ]" && wait_for 10 deliver_to_life after-watchdog; then
     pass "the client reconnects to the restarted daemon and gets the next post"
 else
     fail "the client reconnects after the watchdog restart" "$(cat "$work/life.err")"

@@ -1,4 +1,3 @@
-import NIOCore
 import NotifyWire
 
 /// Everything a daemon hands to its successor so that clients notice nothing: the sequence counter, state values,

@@ -1,0 +1,1 @@
+../../../../Sources/NotifyServer/Handover/HandoverSnapshot.swift
