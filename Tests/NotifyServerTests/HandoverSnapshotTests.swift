@@ -121,6 +121,20 @@ struct HandoverSnapshotTests {
         #expect(refused { $0.peers[1].subscriptions = $0.peers[0].subscriptions } != nil, "subscriptions before HELLO")
     }
 
+    @Test("a connection with command text but no command is refused (found by FuzzSnapshot)")
+    func commandTextWithoutCommand() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../Fuzz/crashes/snapshot-absent-command-with-text.input").standardized.path
+        let input = try #require(FileManager.default.contents(atPath: path), "missing \(path)")
+        #expect(input.first == 1, "mode 1: the rest is a body, framed here as the fuzz target frames it")
+        let body = Array(input.dropFirst())
+        var bytes = Array("NTFYSNAP".utf8) + [0, 1, 0, 0]
+        withUnsafeBytes(of: UInt64(body.count).bigEndian) { bytes += $0 }
+        bytes += body
+        withUnsafeBytes(of: fnv1a(body[...]).bigEndian) { bytes += $0 }
+        #expect(throws: HandoverError.self) { try HandoverSnapshot(decoding: bytes) }
+    }
+
     @Test("a count larger than the bytes left is refused before anything is allocated")
     func hugeCount() {
         var writer = SnapshotWriter()

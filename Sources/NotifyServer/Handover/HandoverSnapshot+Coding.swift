@@ -157,6 +157,9 @@ extension HandoverSnapshot {
             for _ in 0..<(try reader.count(minimumBytesEach: 4)) { groups.append(try reader.u32()) }
             let hasCommand = try reader.flag()
             let command = try reader.string()
+            guard hasCommand || command.isEmpty else {
+                throw .malformed("connection \(number) has no command but command text")
+            }
             let phaseCode = try reader.u8()
             guard let phase = Phase(rawValue: phaseCode) else {
                 throw .malformed("connection \(number) is in unknown phase \(phaseCode)")
