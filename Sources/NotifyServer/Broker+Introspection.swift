@@ -85,10 +85,11 @@ extension Broker {
 
     /// Clients visible to `uid`: all of them for root, the user's own otherwise.
     func clients(visibleTo uid: UInt32) -> [DaemonClient] {
-        peers.values
+        let now = NIODeadline.now()
+        return peers.values
             .filter { uid == 0 || $0.credentials.uid == uid }
             .sorted { $0.number < $1.number }
-            .map { $0.introspection() }
+            .map { $0.introspection(now: now) }
     }
 
     /// Answers a `QUERY`: the JSON documents to send, the last in `QUERY_RESULT`, any before it in

@@ -31,6 +31,10 @@ struct DeliveryQueue {
     /// Notifications a predecessor daemon held while the peer was suspended, as frames: released before anything
     /// held here, once the peer resumes.
     private var carriedOver: ByteBuffer?
+    /// Frames in ``carriedOver``.
+    private var carriedOverCount = 0
+    /// When this peer last started holding notifications (its oldest held one waited at most this long).
+    private var holdingSince: NIODeadline?
     private var charge: OutboundCharge
     /// The most bytes pending or held for this peer.
     let limit: Int
@@ -144,6 +148,7 @@ struct DeliveryQueue {
     private mutating func startHolding() -> Bool {
         guard held == nil else { return false }
         held = HeldNotifications()
+        if holdingSince == nil { holdingSince = .now() }
         return true
     }
 
@@ -255,6 +260,17 @@ struct DeliveryQueue {
         syncCharge()
     }
 
+    // MARK: Lag
+
+    /// How far behind the peer is: notifications held and not yet queued, bytes owed (queued and held), and how
+    /// long the oldest of them has waited (`protocol/PROTOCOL.md` § 11.3, `lag_…`).
+    func lag(now: NIODeadline) -> (notifications: Int, bytes: Int, oldestSeconds: Double) {
+        let notifications = (held?.count ?? 0) + (carriedOver == nil ? 0 : carriedOverCount)
+        let since = [holdingSince, outbound.oldestUnfinishedSince].compactMap { $0 }.min()
+        let seconds = since.map { Double((now - $0).nanoseconds) / 1e9 } ?? 0
+        return (notifications, pendingBytes + heldBytes, max(seconds, 0))
+    }
+
     // MARK: Hand-over
 
     /// Everything owed to the peer, for a hand-over: what is held is queued first (in order, as a graceful
@@ -282,7 +298,11 @@ struct DeliveryQueue {
         self.merged = merged
         self.dropped = dropped
         outbound.buffer.writeBytes(owed)
-        if !heldFrames.isEmpty { carriedOver = ByteBuffer(bytes: heldFrames) }
+        if !heldFrames.isEmpty {
+            carriedOver = ByteBuffer(bytes: heldFrames)
+            carriedOverCount = WireFrame.count(in: heldFrames)
+            holdingSince = .now()
+        }
         syncCharge()
     }
 
@@ -295,6 +315,7 @@ struct DeliveryQueue {
     }
 
     private mutating func syncCharge() {
+        if held == nil, carriedOver == nil { holdingSince = nil }
         guard !isClosed else { return }
         charge.set(outbound.pendingBytes + heldBytes)
     }

@@ -14,7 +14,12 @@ struct OutboundQueue {
     private(set) var inFlightBytes = 0
     /// The batches the channel did not finish writing when it took them, oldest first: their storage is shared
     /// with the channel, so keeping them costs nothing, and a hand-over reads the bytes never written from them.
-    private var unfinishedBatches = Deque<ByteBuffer>()
+    /// Each with the time it was handed over: a clock read per write that did not finish at once, for the
+    /// connection's lag.
+    private var unfinishedBatches = Deque<(bytes: ByteBuffer, since: NIODeadline)>()
+
+    /// When the oldest batch the channel has not finished writing was handed to it.
+    var oldestUnfinishedSince: NIODeadline? { unfinishedBatches.first?.since }
     private let allocator: ByteBufferAllocator
 
     init(allocator: ByteBufferAllocator) {
@@ -58,7 +63,7 @@ struct OutboundQueue {
     mutating func recycle(_ bytes: consuming ByteBuffer) -> Bool {
         var bytes = bytes
         guard bytes.modifyIfUniquelyOwned({ $0.clear() }) != nil else {
-            unfinishedBatches.append(bytes)
+            unfinishedBatches.append((bytes, .now()))
             return false
         }
         if spare == nil, bytes.capacity <= Self.spareCapacityLimit { spare = bytes }
@@ -77,7 +82,7 @@ struct OutboundQueue {
     /// channel holds (what it has not written to the socket yet, as it reports), then what was never handed to it.
     func owedBytes(unwrittenInChannel: Int) -> [UInt8] {
         var batches: [UInt8] = []
-        for batch in unfinishedBatches { batches += batch.readableBytesView }
+        for batch in unfinishedBatches { batches += batch.bytes.readableBytesView }
         var owed = Array(batches.suffix(min(max(unwrittenInChannel, 0), batches.count)))
         owed += buffer.readableBytesView
         return owed

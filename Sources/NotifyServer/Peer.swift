@@ -301,11 +301,13 @@ final class Peer {
 
     // MARK: Introspection
 
-    func introspection() -> DaemonClient {
-        DaemonClient(
+    func introspection(now: NIODeadline) -> DaemonClient {
+        let lag = queue.lag(now: now)
+        return DaemonClient(
             connection: number, pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
             command: command, clientName: clientName, subscriptions: subscriptions.count,
             pendingBytes: queue.pendingBytes, heldBytes: queue.heldBytes, suspended: queue.isSuspended,
-            merged: queue.merged, dropped: queue.dropped)
+            merged: queue.merged, dropped: queue.dropped, lagNotifications: lag.notifications, lagBytes: lag.bytes,
+            lagOldestSeconds: lag.oldestSeconds)
     }
 }

@@ -175,11 +175,21 @@ public struct DaemonClient: Codable, Sendable, Hashable {
     public var merged: UInt64
     /// Notifications dropped for this client under `queue` or evicted by the bounds on held notifications.
     public var dropped: UInt64
+    /// Notifications held for the client and not yet queued for its socket; `nil` from a daemon that does not
+    /// report lag.
+    public var lagNotifications: Int?
+    /// Bytes owed to the client: queued and not yet written, plus held; `nil` from a daemon that does not report
+    /// lag.
+    public var lagBytes: Int?
+    /// How long the oldest byte owed to the client has waited, in seconds (0 when nothing waits); `nil` from a
+    /// daemon that does not report lag.
+    public var lagOldestSeconds: Double?
 
     /// Creates a value from its fields.
     public init(
         connection: UInt64, pid: UInt32, uid: UInt32, gid: UInt32, command: String?, clientName: String,
-        subscriptions: Int, pendingBytes: Int, heldBytes: Int, suspended: Bool, merged: UInt64, dropped: UInt64
+        subscriptions: Int, pendingBytes: Int, heldBytes: Int, suspended: Bool, merged: UInt64, dropped: UInt64,
+        lagNotifications: Int? = nil, lagBytes: Int? = nil, lagOldestSeconds: Double? = nil
     ) {
         self.connection = connection
         self.pid = pid
@@ -193,6 +203,9 @@ public struct DaemonClient: Codable, Sendable, Hashable {
         self.suspended = suspended
         self.merged = merged
         self.dropped = dropped
+        self.lagNotifications = lagNotifications
+        self.lagBytes = lagBytes
+        self.lagOldestSeconds = lagOldestSeconds
     }
 
     enum CodingKeys: String, CodingKey {
@@ -208,5 +221,8 @@ public struct DaemonClient: Codable, Sendable, Hashable {
         case suspended = "suspended"
         case merged = "merged"
         case dropped = "dropped"
+        case lagNotifications = "lag_notifications"
+        case lagBytes = "lag_bytes"
+        case lagOldestSeconds = "lag_oldest_seconds"
     }
 }

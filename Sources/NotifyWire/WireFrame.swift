@@ -52,3 +52,19 @@ extension ByteBuffer {
         ProtocolConstants.lengthPrefixSize + Int(getInteger(at: readerIndex + offset, endianness: .big, as: UInt32.self)!)
     }
 }
+
+/// Walks a run of encoded frames by their length prefixes.
+package enum WireFrame {
+    /// How many whole frames `bytes` holds (frames a daemon encoded itself, such as those it held for a client;
+    /// a cut-off last frame is not counted).
+    package static func count(in bytes: [UInt8]) -> Int {
+        var count = 0
+        var offset = 0
+        while offset + ProtocolConstants.lengthPrefixSize <= bytes.count {
+            let length = bytes[offset..<(offset + 4)].reduce(0) { $0 << 8 | Int($1) }
+            offset += ProtocolConstants.lengthPrefixSize + length
+            if offset <= bytes.count { count += 1 }
+        }
+        return count
+    }
+}

@@ -20,7 +20,7 @@ struct IntrospectionQueryTests {
     ]
     static let clientKeys: Set<String> = [
         "connection", "pid", "uid", "gid", "command", "client_name", "subscriptions", "pending_bytes", "held_bytes",
-        "suspended", "merged", "dropped",
+        "suspended", "merged", "dropped", "lag_notifications", "lag_bytes", "lag_oldest_seconds",
     ]
 
     @Test("status: every documented key, with values that follow what the clients did")
@@ -129,6 +129,39 @@ struct IntrospectionQueryTests {
 
             let raw = try #require(try await bob.queryJSON(.clients) as? [[String: Any]])
             #expect(Set(raw.first.map { Array($0.keys) } ?? []) == Self.clientKeys)
+        }
+    }
+
+    @Test("clients: a subscriber that stopped reading shows its lag; once it reads again the lag is gone")
+    func lag() async throws {
+        try await withServer { server in
+            let stalled = try await server.connect("stalled", receiveBufferSize: 4_096)
+            try await stalled.subscribe("org.example.lag", id: 1, policy: .queue(limit: 100_000))
+            try await stalled.setReading(false)
+            let observer = try await server.connect("observer")
+            let poster = try await server.connect("poster")
+            let payload = ByteBuffer(string: String(repeating: "x", count: 1_000))
+            for _ in 0..<12_000 { try await poster.postUnacknowledged("org.example.lag", payload) }
+            _ = try await poster.barrier()
+            // 12 MB against an 8 MB bound: the daemon holds the rest under the queue policy.
+            let behind = try #require(try await observer.query([DaemonClient].self, .clients).first { $0.clientName == "stalled" })
+            let lagBytes = try #require(behind.lagBytes)
+            #expect(lagBytes == behind.pendingBytes + behind.heldBytes)
+            #expect(lagBytes > 1_000_000)
+            #expect(try #require(behind.lagNotifications) > 0, "notifications held: \(behind)")
+            #expect(try #require(behind.lagOldestSeconds) > 0)
+            let quiet = try #require(try await observer.query([DaemonClient].self, .clients).first { $0.clientName == "poster" })
+            #expect(quiet.lagBytes == 0 && quiet.lagNotifications == 0 && quiet.lagOldestSeconds == 0)
+
+            try await stalled.setReading(true)
+            var received = 0
+            while received < 12_000 {
+                if case .notification = try await stalled.next() { received += 1 }
+            }
+            let caughtUp = try await server.waitForStatus("the stalled client caught up") { $0.heldBytes == 0 && $0.outboundBytes == 0 }
+            #expect(caughtUp.heldBytes == 0)
+            let after = try #require(try await observer.query([DaemonClient].self, .clients).first { $0.clientName == "stalled" })
+            #expect(after.lagBytes == 0 && after.lagNotifications == 0 && after.lagOldestSeconds == 0, "\(after)")
         }
     }
 

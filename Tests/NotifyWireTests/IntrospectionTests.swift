@@ -17,7 +17,7 @@ struct IntrospectionTests {
     static let nameKeys: Set<String> = ["name", "subscribers", "state", "has_retained"]
     static let clientKeys: Set<String> = [
         "connection", "pid", "uid", "gid", "command", "client_name", "subscriptions", "pending_bytes", "held_bytes",
-        "suspended", "merged", "dropped",
+        "suspended", "merged", "dropped", "lag_notifications", "lag_bytes", "lag_oldest_seconds",
     ]
 
     static let status = DaemonStatus(
@@ -34,10 +34,12 @@ struct IntrospectionTests {
     static let clients = [
         DaemonClient(
             connection: 1, pid: 2001, uid: 1000, gid: 100, command: "notifyctl", clientName: "notifyctl",
-            subscriptions: 1, pendingBytes: 0, heldBytes: 1_024, suspended: true, merged: 5, dropped: 300),
+            subscriptions: 1, pendingBytes: 0, heldBytes: 1_024, suspended: true, merged: 5, dropped: 300,
+            lagNotifications: 16, lagBytes: 1_024, lagOldestSeconds: 12.5),
         DaemonClient(
             connection: 2, pid: 1234, uid: 1000, gid: 100, command: nil, clientName: "sensor", subscriptions: 2,
-            pendingBytes: 0, heldBytes: 0, suspended: false, merged: 0, dropped: 0),
+            pendingBytes: 0, heldBytes: 0, suspended: false, merged: 0, dropped: 0, lagNotifications: 0, lagBytes: 0,
+            lagOldestSeconds: 0),
     ]
 
     static func encode(_ value: some Encodable) throws -> Data {
