@@ -153,6 +153,8 @@ install: $(if $(PRODUCTS),,deps)
 	  sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "systemd/user/$$unit" > "$$root/lib/systemd/user/$$unit"; \
 	  chmod 0644 "$$root/lib/systemd/system/$$unit" "$$root/lib/systemd/user/$$unit"; \
 	done; \
+	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' systemd/notifyd-metrics.socket > "$$root/lib/systemd/system/notifyd-metrics.socket"; \
+	chmod 0644 "$$root/lib/systemd/system/notifyd-metrics.socket"; \
 	version="$$("$$products/notifyd" --version)"; \
 	systemd/help2man.sh "$$products/notifyd" 8 "$$version" "notifyctl(1)" "systemd.socket(5)" "sd_notify(3)" \
 	  > "$$root/share/man/man8/notifyd.8"; \

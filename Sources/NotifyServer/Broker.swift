@@ -32,6 +32,8 @@ final class Broker {
     /// The sequence number of the last accepted post (set by a hand-over's restore too).
     var lastSequence: UInt64 = 0
     var statistics = ServerStatistics()
+    /// The metrics a scrape exports (see ``DaemonMetrics``).
+    let metrics = DaemonMetrics()
     /// Rates, memory and reloads, for `status` (see `Broker+Introspection.swift`).
     var samples = StatusSamples()
 
@@ -350,8 +352,10 @@ final class Broker {
 
     /// Moves what `peer` holds into its outbound bytes, if it has room now, and flushes them.
     func releaseHeld(_ peer: Peer) {
+        let holdingSince = peer.queue.holdingSince
         guard peer.isOpen, case .released(let caughtUp) = peer.queue.releaseHeld() else { return }
         if caughtUp {
+            if let holdingSince { metrics.holdingDuration.recordNanoseconds((NIODeadline.now() - holdingSince).nanoseconds) }
             holding.removeValue(forKey: peer.number)
             peer.logger.info("caught up, no notifications held any more")
         }
@@ -381,4 +385,21 @@ struct ServerStatistics: Sendable {
     var acceptFailures: UInt64 = 0
     /// Connections accepted on the reserve descriptor and closed with `ERROR unavailable`.
     var connectionsRefused: UInt64 = 0
+    /// Connections that closed, for any reason.
+    var connectionsClosed: UInt64 = 0
+    /// Requests refused with `permission-denied`.
+    var permissionDenials: UInt64 = 0
+    /// Requests and connections refused with `quota-exceeded`.
+    var quotaRefusals: UInt64 = 0
+    /// Connections closed for a protocol error (a fatal `ERROR` the client caused).
+    var protocolErrors: UInt64 = 0
+
+    /// Counts a refusal by its code.
+    mutating func countRefusal(_ code: ErrorCode) {
+        switch code {
+        case .permissionDenied: permissionDenials += 1
+        case .quotaExceeded: quotaRefusals += 1
+        default: break
+        }
+    }
 }

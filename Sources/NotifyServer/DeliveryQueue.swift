@@ -34,7 +34,7 @@ struct DeliveryQueue {
     /// Frames in ``carriedOver``.
     private var carriedOverCount = 0
     /// When this peer last started holding notifications (its oldest held one waited at most this long).
-    private var holdingSince: NIODeadline?
+    private(set) var holdingSince: NIODeadline?
     private var charge: OutboundCharge
     /// The most bytes pending or held for this peer.
     let limit: Int

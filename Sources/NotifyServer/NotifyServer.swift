@@ -23,7 +23,7 @@ package final class NotifyServer: Service, Sendable {
     /// This run's instance id, announced in `WELCOME`.
     package let instanceID: InstanceID
     private let logger: Logger
-    /// The single-thread event loop group (internal for tests).
+    /// The single-thread event loop group (internal for tests and the metrics endpoints).
     let group: MultiThreadedEventLoopGroup
 
     /// The event loop that runs all routing. Work scheduled on it (such as the systemd watchdog ping) stops
@@ -124,6 +124,13 @@ package final class NotifyServer: Service, Sendable {
         let (channel, descriptor, boundPath) = try await bind(broker: broker)
         let createdPath = boundPath ?? (incoming?.ownsSocketFile == true ? configuration.listenAddress.path : nil)
         let replaceListener = startReplaceListener(socketPath: createdPath)
+        let metricsChannels = try await startMetricsEndpoints(broker: broker)
+        // After a hand-over the successor has bound its own metrics socket at the same path: it stays.
+        var handedOver = false
+        defer {
+            for metrics in metricsChannels { metrics.close(promise: nil) }
+            if !handedOver, case .path(let path) = configuration.metricsAddress { _ = unlink(path) }
+        }
         // Store the listener before anyone hears that it listens, so a shutdown() from then on reaches it; a
         // shutdown() that came earlier is remembered and honoured here.
         let stopRequested = listener.withLockedValue { listener -> Bool in
@@ -162,6 +169,7 @@ package final class NotifyServer: Service, Sendable {
             handover.ownsSocketFile = createdPath != nil
             do {
                 try await sink.deliver(handover)
+                handedOver = true
                 handover.closeAll()
                 replaceListener?.stop(keepFile: true)
                 logger.notice("handed over", metadata: ["connections": "\(handover.clientSockets.count)"])

@@ -85,6 +85,7 @@ final class Peer {
             logger.warning(
                 "connection refused: per-user connection quota reached",
                 metadata: ["quota": "\(broker.accounts.quotas.connectionsPerUID)"])
+            broker.statistics.countRefusal(.quotaExceeded)
             failClosing(.quotaExceeded, denial)
             broker.flushDirtyPeers()
         }
@@ -167,6 +168,7 @@ final class Peer {
     }
 
     func reject(_ requestID: UInt32, _ code: ErrorCode, _ message: String) {
+        broker.statistics.countRefusal(code)
         logger.debug("request rejected", metadata: ["code": "\(code)", "reason": "\(message)"])
         reply(.error(ErrorFrame(requestID: requestID, code: code, message: message)))
     }
@@ -174,6 +176,7 @@ final class Peer {
     /// Sends a fatal error and closes this connection once it is written; nothing else is read from it.
     func fail(_ code: ErrorCode, _ message: String) {
         guard isServing else { return }
+        broker.statistics.protocolErrors += 1
         logger.notice("protocol error, closing connection", metadata: ["code": "\(code)", "reason": "\(message)"])
         failClosing(code, message)
     }
@@ -261,6 +264,7 @@ final class Peer {
     func closed() {
         guard phase != .closed else { return }
         phase = .closed
+        broker.statistics.connectionsClosed += 1
         let released = subscriptions.removeAll(peer: self, from: broker.index)
         account.releaseSubscriptions(released.subscriptions, patternLabels: released.patternLabels)
         account.releaseConnection()

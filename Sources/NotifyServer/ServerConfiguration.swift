@@ -24,6 +24,10 @@ package struct ServerConfiguration: Sendable {
     package var slowConsumerGraceSeconds: Double
     /// How a new client's groups and command name are found (off the event loop).
     package var identityLookup: PeerIdentityLookup
+    /// Where to serve metrics (Prometheus text, written on connection, then closed), if anywhere.
+    package var metricsAddress: ListenAddress?
+    /// A loopback TCP port to serve the metrics over HTTP on, if any (`host`, `port`).
+    package var metricsHTTP: (host: String, port: Int)?
 
     /// Creates a configuration.
     package init(

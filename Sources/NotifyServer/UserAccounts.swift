@@ -109,6 +109,9 @@ final class UserAccounts {
     }
     private var accounts: [UInt32: UserAccount] = [:]
 
+    /// Every user that has connected.
+    var all: Dictionary<UInt32, UserAccount>.Values { accounts.values }
+
     init(quotas: AccessConfiguration.Quotas) { self.quotas = quotas }
 
     func account(for uid: UInt32) -> UserAccount {

@@ -53,6 +53,21 @@ struct NotifydCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Most bytes queued for one client before its notifications are dropped and counted.")
     var outboundLimit: Int = 8 * 1024 * 1024
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A Unix socket to serve metrics on (Prometheus text format, written on connect, then closed).",
+            discussion: """
+                Under systemd, notifyd-metrics.socket passes it instead (FileDescriptorName=metrics). A scraper sees \
+                per-user charges and the connections furthest behind for its own uid only, all of them as root.
+                """))
+    var metricsSocket: String?
+
+    @Option(
+        name: .long,
+        help: "Also serve the metrics over HTTP at HOST:PORT (loopback only, e.g. 127.0.0.1:9479); off by default.")
+    var metricsListen: String?
+
     @Flag(
         name: .long,
         help: ArgumentHelp(
@@ -100,9 +115,25 @@ struct NotifydCommand: AsyncParsableCommand {
         guard outboundLimit >= 64 * 1024 else {
             throw ValidationError("--outbound-limit must be at least 65536 bytes")
         }
+        if let metricsListen {
+            guard let (host, port) = Self.hostAndPort(metricsListen) else {
+                throw ValidationError("--metrics-listen must be HOST:PORT, got '\(metricsListen)'")
+            }
+            guard ["127.0.0.1", "::1", "localhost"].contains(host) else {
+                throw ValidationError("--metrics-listen serves loopback only (127.0.0.1, ::1 or localhost), got '\(host)'")
+            }
+            guard (1...65_535).contains(port) else { throw ValidationError("--metrics-listen: port \(port) is out of range") }
+        }
         guard statusInterval >= 0.05 else {
             throw ValidationError("--status-interval must be at least 0.05 seconds")
         }
+    }
+
+    /// `HOST:PORT` (the host may be `[::1]`).
+    static func hostAndPort(_ text: String) -> (String, Int)? {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]) else { return nil }
+        let host = text[..<colon].trimmingCharacters(in: ["[", "]"])
+        return host.isEmpty ? nil : (host, port)
     }
 
     /// Raises the soft limit on open files to the hard one: each client is a descriptor, and the usual soft
@@ -142,9 +173,11 @@ struct NotifydCommand: AsyncParsableCommand {
         let mode = socketMode.flatMap { UInt32($0, radix: 8) } ?? (uid == 0 ? 0o666 : 0o600)
         var listenAddress: ListenAddress
         var handover: IncomingHandover?
+        var metricsAddress: ListenAddress?
         let watchdog: ServiceWatchdog?
         do throws(SystemdError) {
-            (listenAddress, handover) = try Self.listenAddress(defaultPath: path, explicitPath: socket, logger: logger)
+            (listenAddress, handover, metricsAddress) = try Self.listenAddress(
+                defaultPath: path, explicitPath: socket, logger: logger)
             watchdog = try ServiceWatchdog.fromEnvironment()
         } catch {
             logger.critical("\(error.description)")
@@ -190,9 +223,11 @@ struct NotifydCommand: AsyncParsableCommand {
         var limits = ServerLimits.default
         limits.maxPayloadLength = maxPayload
         limits.maxFrameLength = max(limits.maxFrameLength, maxPayload + 1_024)
-        let configuration = ServerConfiguration(
+        var configuration = ServerConfiguration(
             listenAddress: listenAddress, socketMode: mode, limits: limits, outboundByteLimit: outboundLimit,
             access: access)
+        configuration.metricsAddress = metricsAddress ?? metricsSocket.map { .path($0) }
+        configuration.metricsHTTP = metricsListen.flatMap(Self.hostAndPort).map { (host: $0.0, port: $0.1) }
 
         let (listening, listeningContinuation) = AsyncStream<String>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let server = NotifyServer(
@@ -239,12 +274,16 @@ struct NotifydCommand: AsyncParsableCommand {
 
     /// The socket passed by the service manager (socket activation), else `defaultPath` to bind.
     /// The sockets a predecessor left in systemd's file descriptor store are taken too.
+    /// The metrics socket a `notifyd-metrics.socket` passes (`FileDescriptorName=metrics`) is taken too.
     private static func listenAddress(defaultPath: String, explicitPath: String?, logger: Logger) throws(SystemdError)
-        -> (ListenAddress, IncomingHandover?)
+        -> (ListenAddress, IncomingHandover?, metrics: ListenAddress?)
     {
-        let (handover, inherited) = StoreHandover.take(from: try SocketActivation.takeInheritedSockets(), logger: logger)
+        let (handover, passed) = StoreHandover.take(from: try SocketActivation.takeInheritedSockets(), logger: logger)
+        let metrics = passed.first { $0.name == "metrics" && $0.isListeningUnixStream }
+            .map { ListenAddress.inheritedDescriptor($0.descriptor, path: $0.path) }
+        let inherited = passed.filter { $0.name != "metrics" }
         guard let chosen = try SocketActivation.choose(from: inherited, preferredName: "notifyd") else {
-            return (.path(defaultPath), handover)
+            return (.path(defaultPath), handover, metrics)
         }
         for other in inherited where other != chosen {
             logger.warning("ignoring an extra socket passed by the service manager", metadata: ["socket": "\(other)"])
@@ -255,7 +294,7 @@ struct NotifydCommand: AsyncParsableCommand {
                 metadata: ["socket": "\(chosen)", "ignored": "\(explicitPath)"])
         }
         logger.info("socket-activated", metadata: ["socket": "\(chosen)"])
-        return (.inheritedDescriptor(chosen.descriptor, path: chosen.path), handover)
+        return (.inheritedDescriptor(chosen.descriptor, path: chosen.path), handover, metrics)
     }
 }
 
