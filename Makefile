@@ -14,7 +14,7 @@ HADOLINT ?= hadolint
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps build run test test-systemd docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build soak
+.PHONY: all deps test-deps build run test test-systemd docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build soak
 
 all: build
 
@@ -49,7 +49,7 @@ run: build
 ## and a short run of every fuzz target (fuzz-smoke). The benchmark package
 ## (Benchmarks/Package.swift) is built next to the tests, where bench-smoke finds it, so a change to the library
 ## that breaks notify-bench fails here.
-test: deps lint
+test: deps test-deps lint
 	$(SWIFT) build --build-tests
 	$(SWIFT) build --package-path Benchmarks --scratch-path $(BENCH_SMOKE_SCRATCH)
 	$(SWIFT) test
@@ -60,6 +60,21 @@ test: deps lint
 	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
 	python3 Benchmarks/soak.py .build/debug/notifyd --clients 200 --operations 50000 --rounds 2 --stoppable 4 --rss-limit -1
 	$(MAKE) fuzz-smoke
+
+## test-deps: programs the tests drive besides the project's own (tmux, for notifyctl top in a real terminal);
+## installed with apt-get when run as root, otherwise named.
+TEST_PACKAGES := tmux
+test-deps:
+	@missing=""; for tool in $(TEST_PACKAGES); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }; \
+	  else \
+	    echo "missing test programs:$$missing (install them: sudo apt-get install$$missing)" >&2; exit 1; \
+	  fi; \
+	fi
 
 ## test-systemd: boot Debian with a real systemd as PID 1 (systemd-nspawn), install as `make install` does, and check
 ## the units, the daemon and the CLI as root, alice and bob would use them (Tests/Systemd/). Needs root; otherwise it

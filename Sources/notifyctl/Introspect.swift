@@ -137,7 +137,7 @@ extension Notifyctl {
     }
 }
 
-private func pad(_ value: some BinaryInteger, _ width: Int) -> String {
+func pad(_ value: some BinaryInteger, _ width: Int) -> String {
     let text = "\(value)"
     return String(repeating: " ", count: max(0, width - text.count)) + text
 }

@@ -21,7 +21,7 @@ struct Notifyctl: AsyncParsableCommand {
             When the program reading its output goes away (as head does), notifyctl ends at its next line the \
             way cat and grep do: killed by SIGPIPE (status 141 in the shell), printing nothing.
             """,
-        subcommands: [Post.self, Listen.self, State.self, Status.self, Names.self, Clients.self, Reload.self]
+        subcommands: [Post.self, Listen.self, State.self, Status.self, Names.self, Clients.self, Top.self, Reload.self]
     )
 
     /// The entry point: a closed output pipe must end notifyctl quietly rather than crash it, and `--socket` may
