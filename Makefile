@@ -188,6 +188,7 @@ BENCH_PACKAGES := redis-server libhiredis-dev dbus-broker dbus-daemon systemd li
 bench: deps bench-deps
 	ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true; \
 	BENCH_COMMAND="make bench$(if $(BENCH_QUICK), BENCH_QUICK=$(BENCH_QUICK))" python3 Benchmarks/run.py
+	python3 Benchmarks/metrics_scrape.py $(CURDIR)/.build-bench/release/notifyd
 
 ## bench-deps: install the benchmark peers (apt-get, when run as root); otherwise say what is missing.
 bench-deps:

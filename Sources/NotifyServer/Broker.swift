@@ -355,7 +355,7 @@ final class Broker {
         let holdingSince = peer.queue.holdingSince
         guard peer.isOpen, case .released(let caughtUp) = peer.queue.releaseHeld() else { return }
         if caughtUp {
-            if let holdingSince { metrics.holdingDuration.recordNanoseconds((NIODeadline.now() - holdingSince).nanoseconds) }
+            if let holdingSince { metrics.holdingDuration.record(.nanoseconds((NIODeadline.now() - holdingSince).nanoseconds)) }
             holding.removeValue(forKey: peer.number)
             peer.logger.info("caught up, no notifications held any more")
         }

@@ -1,4 +1,3 @@
-import CoreMetrics
 import NIOCore
 import NotifyWire
 import Prometheus
@@ -15,50 +14,63 @@ final class DaemonMetrics {
     static let topN = 10
 
     private let registry = PrometheusCollectorRegistry()
-    private let factory: PrometheusMetricsFactory
     private var exported = ServerStatistics()
-    private let counters: [(counter: CoreMetrics.Counter, value: (ServerStatistics) -> UInt64)]
-    private let gauges: [String: CoreMetrics.Gauge]
+    private let counters: [(counter: Prometheus.Counter, value: (ServerStatistics) -> UInt64)]
+    private let gauges: [String: Prometheus.Gauge]
     /// How long each episode of holding notifications for a slow or suspended client lasted, from the first
     /// notification held to the last one released.
-    let holdingDuration: CoreMetrics.Timer
+    let holdingDuration: DurationHistogram
 
+    // Made through swift-prometheus's registry with a description each: its swift-metrics factory writes no
+    // HELP lines, which `promtool check metrics` reports for every metric.
     init() {
-        var factory = PrometheusMetricsFactory(registry: registry)
-        factory.durationHistogramBuckets["notifyd_holding_duration_seconds"] = [
-            .milliseconds(1), .milliseconds(10), .milliseconds(100), .seconds(1), .seconds(10), .seconds(60),
-            .seconds(600),
-        ]
-        self.factory = factory
-        func counter(_ name: String, _ labels: [(String, String)] = [], _ value: @escaping (ServerStatistics) -> UInt64)
-            -> (CoreMetrics.Counter, (ServerStatistics) -> UInt64)
-        {
-            (CoreMetrics.Counter(label: name, dimensions: labels, factory: factory), value)
+        let registry = registry
+        func descriptor(_ metric: String, _ unit: String, _ help: String) -> MetricNameDescriptor {
+            MetricNameDescriptor(namespace: "notifyd", metricName: metric, unitName: unit, helpText: help)
+        }
+        func counter(
+            _ metric: String, _ help: String, labels: [(String, String)] = [],
+            _ value: @escaping (ServerStatistics) -> UInt64
+        ) -> (Prometheus.Counter, (ServerStatistics) -> UInt64) {
+            (registry.makeCounter(descriptor: descriptor(metric, "total", help), labels: labels), value)
         }
         counters = [
-            counter("notifyd_posts_total") { $0.posts },
-            counter("notifyd_deliveries_total") { $0.deliveries },
-            counter("notifyd_merged_total", [("policy", "coalesce")]) { $0.merged },
-            counter("notifyd_dropped_total", [("reason", "queue_limit_or_bound")]) { $0.dropped },
-            counter("notifyd_connections_opened_total") { $0.connectionsAccepted },
-            counter("notifyd_connections_closed_total") { $0.connectionsClosed },
-            counter("notifyd_slow_consumer_disconnects_total") { $0.slowConsumerDisconnects },
-            counter("notifyd_permission_denials_total") { $0.permissionDenials },
-            counter("notifyd_quota_refusals_total") { $0.quotaRefusals },
-            counter("notifyd_protocol_errors_total") { $0.protocolErrors },
-            counter("notifyd_accept_failures_total") { $0.acceptFailures },
-            counter("notifyd_connections_refused_total") { $0.connectionsRefused },
+            counter("posts", "Posts accepted.") { $0.posts },
+            counter("deliveries", "Notifications queued or held for connections.") { $0.deliveries },
+            counter("merged", "Notifications merged into later ones.", labels: [("policy", "coalesce")]) { $0.merged },
+            counter("dropped", "Notifications dropped or evicted.", labels: [("reason", "queue_limit_or_bound")]) { $0.dropped },
+            counter("connections_opened", "Connections accepted.") { $0.connectionsAccepted },
+            counter("connections_closed", "Connections closed, for any reason.") { $0.connectionsClosed },
+            counter("slow_consumer_disconnects", "Connections closed under the disconnect policy.") {
+                $0.slowConsumerDisconnects
+            },
+            counter("permission_denials", "Requests refused with permission-denied.") { $0.permissionDenials },
+            counter("quota_refusals", "Requests and connections refused with quota-exceeded.") { $0.quotaRefusals },
+            counter("protocol_errors", "Connections closed for a protocol error.") { $0.protocolErrors },
+            counter("accept_failures", "accept() calls that failed for want of a descriptor.") { $0.acceptFailures },
+            counter("connections_refused", "Clients answered ERROR unavailable for want of a descriptor.") {
+                $0.connectionsRefused
+            },
         ]
-        var gauges: [String: CoreMetrics.Gauge] = [:]
-        for name in [
-            "notifyd_connections", "notifyd_subscriptions", "notifyd_subscribed_names", "notifyd_patterns",
-            "notifyd_state_names", "notifyd_retained_names", "notifyd_outbound_bytes", "notifyd_held_bytes",
-            "notifyd_resident_memory_bytes",
+        var gauges: [String: Prometheus.Gauge] = [:]
+        for (metric, unit, help) in [
+            ("connections", "", "Open connections."), ("subscriptions", "", "Subscriptions of all connections."),
+            ("subscribed_names", "", "Names with an exact subscriber."), ("patterns", "", "Pattern subscriptions."),
+            ("state_names", "", "Names with a state value."), ("retained_names", "", "Names with a retained notification."),
+            ("outbound", "bytes", "Bytes queued for connections and not yet written."),
+            ("held", "bytes", "Bytes of the notifications held for slow or suspended connections."),
+            ("resident_memory", "bytes", "The daemon's resident set size."),
         ] {
-            gauges[name] = CoreMetrics.Gauge(label: name, factory: factory)
+            let made = descriptor(metric, unit, help)
+            gauges[made.name] = registry.makeGauge(descriptor: made, labels: [])
         }
         self.gauges = gauges
-        holdingDuration = CoreMetrics.Timer(label: "notifyd_holding_duration_seconds", factory: factory)
+        holdingDuration = registry.makeDurationHistogram(
+            descriptor: descriptor(
+                "holding_duration", "seconds",
+                "How long each spell of holding notifications for a slow or suspended connection lasted."),
+            labels: [],
+            buckets: [.milliseconds(1), .milliseconds(10), .milliseconds(100), .seconds(1), .seconds(10), .seconds(60), .seconds(600)])
     }
 
     /// The exposition for one scrape by `scraper` (`nil`: unknown, such as an HTTP scraper: no per-user or
@@ -78,7 +90,7 @@ final class DaemonMetrics {
             "notifyd_outbound_bytes": Double(status.outboundBytes), "notifyd_held_bytes": Double(status.heldBytes),
             "notifyd_resident_memory_bytes": Double(status.residentMemoryBytes),
         ]
-        for (name, value) in values { gauges[name]?.record(value) }
+        for (name, value) in values { gauges[name]?.set(value) }
         var bytes = registry.emitToBuffer()
         if let uid { bytes += visibleSeries(broker, scraper: uid) }
         return bytes
@@ -112,11 +124,19 @@ final class DaemonMetrics {
                 gauge("user_quota", "", [user, ("resource", resource)], "The per-user quota of a resource.").set(Double(quota))
             }
         }
-        let behind = broker.clients(visibleTo: uid)
-            .filter { ($0.lagBytes ?? 0) > 0 }
-            .sorted { ($0.lagBytes ?? 0, $0.connection) > ($1.lagBytes ?? 0, $1.connection) }
-            .prefix(Self.topN)
-        for client in behind {
+        // The few furthest behind, found without describing every connection (a scrape of 20,000 connections
+        // would otherwise build 20,000 descriptions on the event loop).
+        var furthest: [(bytes: Int, number: UInt64, peer: Peer)] = []
+        for peer in broker.peers.values where uid == 0 || peer.credentials.uid == uid {
+            let bytes = peer.queue.pendingBytes + peer.queue.heldBytes
+            guard bytes > 0, furthest.count < Self.topN || (bytes, peer.number) > (furthest.last!.bytes, furthest.last!.number)
+            else { continue }
+            furthest.append((bytes, peer.number, peer))
+            furthest.sort { ($0.bytes, $0.number) > ($1.bytes, $1.number) }
+            if furthest.count > Self.topN { furthest.removeLast() }
+        }
+        let now = NIODeadline.now()
+        for client in furthest.map({ $0.peer.introspection(now: now) }) {
             let labels = [
                 ("connection", "\(client.connection)"), ("uid", "\(client.uid)"),
                 ("client", String(client.clientName.prefix(64))),
