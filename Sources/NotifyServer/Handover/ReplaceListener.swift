@@ -23,10 +23,10 @@ final class ReplaceListener: Sendable {
         descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { throw .system("socket") }
         unlink(path)
-        let mask = umask(0o177)
+        // chmod after bind, not umask around it: the umask is the whole process's, and a test process creates
+        // files on other threads meanwhile. Whoever connects in between is refused by its uid anyway.
         let bound = ReplaceChannel.withSocketAddress(path) { bind(descriptor, $0, $1) }
-        umask(mask)
-        guard bound == 0, listen(descriptor, 4) == 0 else {
+        guard bound == 0, chmod(path, 0o600) == 0, listen(descriptor, 4) == 0 else {
             let failure = ReplaceChannel.Failure.system("cannot listen at \(path)")
             close(descriptor)
             throw failure
