@@ -251,9 +251,7 @@ package final class NotifyServer: Service, Sendable {
             let origin: PeerChannelHandler.Origin = record.map { .handedOver($0) } ?? .handedOverWithoutRecord
             let bootstrap = ClientBootstrap(group: group)
                 .channelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
-                .channelOption(
-                    ChannelOptions.recvAllocator,
-                    value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20))
+                .channelOption(ChannelOptions.recvAllocator, value: Self.peerReceiveAllocator)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value, origin: origin))
@@ -330,6 +328,9 @@ package final class NotifyServer: Service, Sendable {
         return try? await broker.eventLoop.submit { broker.value.snapshot() }.get()
     }
 
+    /// How a client connection's reads are sized, whether it was accepted here or handed over.
+    static let peerReceiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20)
+
     /// Connections the kernel queues before the daemon accepts them (systemd's default `Backlog=`, SOMAXCONN).
     static let listenBacklog: CInt = 4096
 
@@ -350,9 +351,7 @@ package final class NotifyServer: Service, Sendable {
                 }
             }
             .childChannelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
-            .childChannelOption(
-                ChannelOptions.recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20))
+            .childChannelOption(ChannelOptions.recvAllocator, value: Self.peerReceiveAllocator)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value))
