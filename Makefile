@@ -216,6 +216,7 @@ bench-deps:
 BENCH_SMOKE_SCRATCH ?= $(CURDIR)/.build/benchmarks
 bench-smoke: deps
 	python3 Benchmarks/run.py --smoke --bench-scratch-path $(BENCH_SMOKE_SCRATCH) $(BENCH_SMOKE_ARGS)
+	python3 Benchmarks/charts.py --self-test
 
 ## soak: issue 15's soak (Benchmarks/soak.py) against a release notifyd: 1,000 clients and 16 subscriber processes
 ## that are SIGSTOPped and continued, 1,000,000 random operations; then every connection-bound table must be empty

@@ -9,13 +9,15 @@ Systems: notifyd through the C client (Benchmarks/C, written from protocol/PROTO
 library (Benchmarks/SwiftClient/notify-bench, in the benchmark package Benchmarks/Package.swift); Redis pub/sub
 over a Unix socket (hiredis); D-Bus broadcast signals through a private dbus-broker and a private dbus-daemon
 (sd-bus); the C epoll relay. A peer that is not installed is reported as skipped. Results:
-Benchmarks/results/latest.json and latest.md (which BENCHMARKS.md includes). See Benchmarks/BENCHMARKS.md for
-what each scenario measures.
+Benchmarks/results/latest.json and latest.md (which BENCHMARKS.md includes), and PNG charts of them in
+Benchmarks/charts/ (drawn by Benchmarks/charts.py with matplotlib, which a full run installs with pip when it is
+missing). See Benchmarks/BENCHMARKS.md for what each scenario measures.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import mmap
 import os
@@ -24,6 +26,7 @@ import re
 import resource
 import shutil
 import signal
+import site
 import socket
 import statistics
 import struct
@@ -32,7 +35,10 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
+
+import charts  # Benchmarks/charts.py (beside this file); imports matplotlib only when it draws
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "Benchmarks"
@@ -1608,11 +1614,20 @@ def fmt(v, digits=2, suffix=""):
     return f"{v:,}{suffix}"
 
 
-def render_markdown(data: dict) -> str:
+def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> str:
+    """The results as markdown tables; chart_links ({chart name: link relative to the markdown file}) puts each
+    picture of Benchmarks/charts.py under the table it draws."""
     meta, res, systems = data["meta"], data["results"], data["systems"]
     keys = [k for k in systems if systems[k]["available"]]
     label = {k: v["label"] for k, v in systems.items()}
     lines = []
+    pending = dict(chart_links or {})
+
+    def embed(name: str) -> None:
+        if name in pending:
+            lines.append(charts.markdown_image(name, pending.pop(name)))
+            lines.append("")
+
     m = meta["machine"]
     lines.append(f"Run {meta['date']} · mode `{meta['mode']}` · {meta['duration_s']:.0f} s · "
                  f"`{meta['command']}`  ")
@@ -1662,6 +1677,7 @@ def render_markdown(data: dict) -> str:
                 return "–" if x is None else f"{x:.2f}×"
             lines.append(f"| {n} × {payload} B | " + " | ".join(cells) + f" | {rt('notifyd-c', 'relay')} | {rt('notifyd-c', 'redis')} | {rt('notifyd-c', 'dbus-broker')} | {rt('notifyd-swift', 'redis')} |")
         lines.append("")
+        embed("fanout")
 
     rtt = res.get("rtt", [])
     if rtt:
@@ -1675,6 +1691,7 @@ def render_markdown(data: dict) -> str:
             else:
                 lines.append(f"| {label[r['system']]} | {fmt(r['p50_us'], 1)} | {fmt(r['p99_us'], 1)} | {fmt(r['p999_us'], 1)} | {fmt(r['max_us'], 0)} | {r['samples']:,} |")
         lines.append("")
+        embed("rtt")  # its right half is scenario 10 (a hostile user), when that ran
 
     names = res.get("names", [])
     if names:
@@ -1800,6 +1817,7 @@ def render_markdown(data: dict) -> str:
                      "Max backlog: posts not yet received (or reported merged/dropped) by the slowest subscriber, "
                      "sampled while posting.")
         lines.append("")
+        embed("unthrottled")
 
     held = res.get("unthrottled_held", [])
     if held:
@@ -1847,6 +1865,7 @@ def render_markdown(data: dict) -> str:
                          f"({q.get('pattern_subscriptions')} of them patterns of 16 labels), {q.get('state_names'):,} "
                          f"state names, {q.get('retained_posts')} retained payloads of 60 KB.")
         lines.append("")
+        embed("rtt")  # only the hostile user's round trips (scenario 2 did not run): the chart is theirs
     elif hostile.get("skipped") or hostile.get("error"):
         lines.append(f"**10 · A hostile user**: {hostile.get('skipped') or 'error: ' + hostile['error'][:200]}")
         lines.append("")
@@ -1883,6 +1902,7 @@ def render_markdown(data: dict) -> str:
                 f"{fmt((r.get('peak_rss_kib') or 0) / 1024, 1, ' MiB')} | {fmt((r.get('growth_kib') or 0) / 1024, 1, ' MiB')} | "
                 f"{fmt((r.get('plain_peak_rss_kib') or 0) / 1024, 1, ' MiB')} | {vtext} |")
         lines.append("")
+        embed("unthrottled_stopped")
 
     allocs = res.get("allocations")
     if allocs:
@@ -1919,7 +1939,82 @@ def render_markdown(data: dict) -> str:
                 continue
             lines.append(f"| {t['target']} | {value} | {wanted} | {mark}{(' — ' + t['note']) if t['note'] else ''} |")
         lines.append("")
+    for name in list(pending):  # a chart whose table is missing (cannot happen today): shown rather than lost
+        embed(name)
     return "\n".join(lines)
+
+
+CHARTS = BENCH / "charts"  # make bench's pictures, beside BENCHMARKS.md, which embeds them
+
+
+def ensure_matplotlib() -> None:
+    """make bench installs the tools it needs, as make lint does hadolint: matplotlib (for the charts) from PyPI
+    with pip, into the interpreter running this script. Checked before the scenarios, so a machine where it
+    cannot be installed fails now rather than after the whole run."""
+    if charts.missing_dependency() is None:
+        return
+    log("matplotlib not found: installing it with pip (for the charts of the results)")
+    output = []
+    # As the Makefile's lint target: the interpreter's site-packages, else the user's (no root).
+    for extra in ([], ["--user"]):
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                            *extra, "matplotlib"], capture_output=True, text=True)
+        output.append(f"pip install {' '.join(extra)}: " + (r.stdout + r.stderr).strip()[-800:])
+        if r.returncode == 0:
+            break
+    importlib.invalidate_caches()
+    user_site = site.getusersitepackages()
+    if user_site not in sys.path and os.path.isdir(user_site):  # a --user install into a directory new to us
+        sys.path.append(user_site)
+    missing = charts.missing_dependency()
+    if missing:
+        raise SystemExit(f"run.py: the charts need matplotlib, and installing it failed: {missing}\n"
+                         + "\n".join(output) + "\ninstall it with `python3 -m pip install matplotlib` (or Debian's "
+                         "python3-matplotlib) and run again")
+
+
+def draw_charts(data: dict, chart_dir: Path, *, smoke: bool) -> tuple[dict[str, Path], str | None]:
+    """The charts of this run's results in chart_dir (Benchmarks/charts.py). Returns {name: PNG} and an error.
+    In a smoke run a missing matplotlib is only a warning (make test does not install it); a drawing that fails
+    is an error to report either way: the results themselves are written already."""
+    missing = charts.missing_dependency()
+    if missing:
+        if smoke:
+            log(f"warning: charts not drawn: {missing}")
+            return {}, None
+        return {}, missing
+    try:
+        drawn, notes = charts.draw_all(data, chart_dir)
+    except Exception as e:  # noqa: BLE001 - the tables and latest.json must still be written
+        traceback.print_exc()
+        return {}, f"drawing the charts failed: {e!r}"
+    for note in notes:
+        log(f"chart not drawn: {note}")
+    log(f"charts: {', '.join(str(p) for p in drawn.values()) or 'none'}")
+    return drawn, None
+
+
+def publish(data: dict, out_dir: Path, *, smoke: bool, into_benchmarks_md: bool) -> tuple[str, str | None]:
+    """Writes a run's results: latest.json, the charts, latest.md, and (make bench) BENCHMARKS.md's results block.
+    Returns latest.md's text and what went wrong with the charts, if anything."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "latest.json").write_text(json.dumps(data, indent=2) + "\n")
+    # Charts: make bench's beside BENCHMARKS.md; a smoke run's (and an --output run's) beside its own results,
+    # so make test draws them without touching the committed ones.
+    chart_dir = CHARTS if into_benchmarks_md else out_dir / "charts"
+    drawn, chart_error = draw_charts(data, chart_dir, smoke=smoke)
+
+    def links(md_dir: Path) -> dict[str, str]:  # each markdown file links the PNGs relative to itself
+        return {name: Path(os.path.relpath(path, md_dir)).as_posix() for name, path in drawn.items()}
+
+    markdown = render_markdown(data, links(out_dir))
+    (out_dir / "latest.md").write_text(markdown + "\n")
+    if into_benchmarks_md:
+        update_benchmarks_md(render_markdown(data, links(BENCH)))
+    if chart_error:
+        # Not a failed run: every number is written, and the pictures can be drawn again from latest.json.
+        log(f"warning: {chart_error}; draw them with: python3 Benchmarks/charts.py {out_dir / 'latest.json'} {chart_dir}")
+    return markdown, chart_error
 
 
 def update_benchmarks_md(markdown: str) -> None:
@@ -2053,6 +2148,8 @@ def main() -> int:
     args.mode = "smoke" if args.smoke else ("quick" if args.quick or os.environ.get("BENCH_QUICK") == "1" else "full")
     args.config = args.config or ("debug" if args.smoke else "release")
     args.scratch_path = args.scratch_path or (".build" if args.smoke else ".build-bench")
+    if not args.smoke:
+        ensure_matplotlib()
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -2173,16 +2270,13 @@ def main() -> int:
     }
     # A smoke run (debug build, tiny counts) makes no performance claims.
     data["targets"] = [] if args.smoke else evaluate_targets(results, {k: v["available"] for k, v in availability.items()})
-    markdown = render_markdown(data)
     out_dir = Path(args.output) if args.output else (ctx.tmp / "results" if args.smoke else RESULTS)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "latest.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out_dir / "latest.md").write_text(markdown + "\n")
-    if not args.smoke and not args.output:
-        update_benchmarks_md(markdown)
+    markdown, chart_error = publish(data, out_dir, smoke=args.smoke, into_benchmarks_md=not args.smoke and not args.output)
     print(markdown)
     log(f"{'smoke run finished' if args.smoke else f'results in {out_dir}'} ({time.time() - started:.0f} s)")
     failures = smoke_failures(data) if args.smoke else []
+    if args.smoke and chart_error:
+        failures.append(f"charts: {chart_error}")
     if not args.smoke:
         shutil.rmtree(ctx.tmp, ignore_errors=True)
     if failures:
