@@ -245,6 +245,7 @@ package final class NotifyServer: Service, Sendable {
                 metadata: ["error": "\(error)", "connections": "\(incoming.clientSockets.count)"])
         }
         var adopted = 0
+        var channels: [Channel] = []
         for descriptor in incoming.clientSockets {
             let record = SocketCookie.read(descriptor: descriptor).flatMap { records.removeValue(forKey: $0) }
             if record != nil { adopted += 1 }
@@ -258,12 +259,19 @@ package final class NotifyServer: Service, Sendable {
                     }
                 }
             do {
-                _ = try await bootstrap.withConnectedSocket(descriptor).get()
+                channels.append(try await bootstrap.withConnectedSocket(descriptor).get())
             } catch {
                 logger.warning("a handed-over socket cannot be served", metadata: ["error": "\(error)"])
                 close(descriptor)
             }
         }
+        // Only now does any of them read: a post served earlier would miss the subscriptions of the connections
+        // restored after its poster's.
+        try? await eventLoop.submit { [channels] in
+            for channel in channels {
+                try? channel.pipeline.syncOperations.handler(type: PeerChannelHandler.self).startServingHandedOver()
+            }
+        }.get()
         for record in records.values {
             logger.info("a client left during the hand-over", metadata: ["connection": "\(record.number)"])
         }

@@ -15,6 +15,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private var awaitingIdentity = false
     /// Reading was switched off while the groups are looked up.
     private var readingPausedForIdentity = false
+    /// Reading waits until every connection of a hand-over is restored (``startServingHandedOver()``).
+    private var readingPausedForHandover = false
     /// The peer closed its side while frames were still to be served (``awaitingIdentity`` or
     /// ``servingDeferred``): handled once they have been.
     private var inputClosedPending = false
@@ -132,8 +134,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Turns reading back on unless something still holds it off: back-pressure, the identity lookup, or
     /// frames deferred to the next turn.
     private func resumeReadingIfAllowed() {
-        guard let peer, peer.isServing, !peer.isBackPressured, !readingPausedForIdentity, !servingDeferred,
-            let context
+        guard let peer, peer.isServing, !peer.isBackPressured, !readingPausedForIdentity, !readingPausedForHandover,
+            !servingDeferred, let context
         else { return }
         context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
         context.read()
@@ -245,17 +247,28 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
 
     // MARK: Hand-over
 
-    /// Serves a connection a predecessor handed over: its peer as it was, the start of a frame it had read, and
-    /// the bytes it still owed the client, written at the next tick.
+    /// Restores a connection a predecessor handed over: its peer as it was, with its subscriptions, and the start
+    /// of a frame it had read. Nothing is read or served until ``startServingHandedOver()``: a post served
+    /// before every other handed-over connection is restored would miss their subscriptions.
     private func takeOver(_ record: HandoverSnapshot.PeerRecord, context: ChannelHandlerContext) {
         let peer = Peer(broker: broker, restoring: record, transport: self)
         self.peer = peer
         if !record.inbound.isEmpty { accumulator.append(ByteBuffer(bytes: record.inbound)) }
+        readingPausedForHandover = true
+        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         context.fireChannelActive()
-        context.eventLoop.assumeIsolated().execute { [self] in
-            broker.flushDirtyPeers()
-            guard accumulator.bufferedBytes > 0 else { return }
+    }
+
+    /// Every handed-over connection is restored: write what the predecessor owed this client, serve the frames it
+    /// had read, and read again.
+    func startServingHandedOver() {
+        guard readingPausedForHandover else { return }
+        readingPausedForHandover = false
+        broker.flushDirtyPeers()
+        if accumulator.bufferedBytes > 0 {
             deferServing()
+        } else {
+            resumeReadingIfAllowed()
         }
     }
 
@@ -333,6 +346,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     func backPressureRelieved() {
         // Frames left unserved while paused are served at the next turn (never from inside a write's
         // completion, which can run while another connection's frames are being served).
+        guard !readingPausedForHandover else { return }  // startServingHandedOver() serves them
         if accumulator.bufferedBytes > 0, !awaitingIdentity {
             deferServing()
         } else {

@@ -117,6 +117,32 @@ struct HandoverTests {
         }
     }
 
+    @Test("posts waiting in an early connection's socket reach the subscribers of every later connection")
+    func gapPostsReachLaterConnections() async throws {
+        let first = try await TestServer.start()
+        // The poster's connection is older than every subscriber's, so the successor restores it first.
+        let poster = try await first.connect("poster")
+        var subscribers: [TestClient] = []
+        for index in 0..<40 {
+            let subscriber = try await first.connect("subscriber \(index)")
+            try await subscriber.subscribe("handover.gap", id: 1, policy: .queue(limit: 1_000))
+            subscribers.append(subscriber)
+        }
+        let (incoming, listener) = try await Self.takeOver(first.socketPath)
+        try await first.waitUntilFinished()
+        // Waiting in the poster's socket: the successor reads them as soon as it serves the poster.
+        for index in 0..<20 { try await poster.postUnacknowledged("handover.gap", ByteBuffer(string: "gap \(index)")) }
+        let second = try await TestServer.start(socketPath: first.socketPath, handover: incoming) {
+            $0.listenAddress = .inheritedDescriptor(listener, path: first.socketPath)
+        }
+        _ = try await poster.barrier()
+        let expected = (0..<20).map { "gap \($0)" }
+        for subscriber in subscribers {
+            #expect(try await Self.notifications(20, on: subscriber).map(\.1) == expected, "\(subscriber.name)")
+        }
+        try await second.stop()
+    }
+
     @Test("bytes owed to a client that stopped reading are written by the successor, from where the first stopped")
     func owedBytesCarryOver() async throws {
         let first = try await TestServer.start()
