@@ -189,7 +189,7 @@ bench: deps bench-deps
 	ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true; \
 	BENCH_COMMAND="make bench$(if $(BENCH_QUICK), BENCH_QUICK=$(BENCH_QUICK))" python3 Benchmarks/run.py
 	python3 Benchmarks/metrics_scrape.py $(CURDIR)/.build-bench/release/notifyd
-	python3 Benchmarks/handover_gap.py --notifyd $(CURDIR)/.build-bench/release/notifyd --clients 1000 --rate 50
+	python3 Benchmarks/restart_gap.py --notifyd $(CURDIR)/.build-bench/release/notifyd --clients 1000 --rate 1000
 
 ## bench-deps: install the benchmark peers (apt-get, when run as root); otherwise say what is missing.
 bench-deps:

@@ -294,6 +294,21 @@ else
 fi
 check "after the hand-over the fd store is empty again (FDSTOREREMOVE=1)" \
     sh -c '[ "$(systemctl show -P NFileDescriptorStore notifyd)" = 0 ]'
+# Issue 16's target under load: GAP_CLIENTS connections with 10 subscriptions each (every policy, exact names and
+# patterns), suspended and SIGSTOPped ones among them, a poster at GAP_RATE posts/s throughout `systemctl restart`.
+# restart_gap.py checks every tick on every connection byte for byte, and the QUERY tables before and after.
+GAP_CLIENTS=${GAP_CLIENTS:-1000}
+GAP_RATE=${GAP_RATE:-1000}
+since=$(date +%s)
+if python3 "$src/Benchmarks/restart_gap.py" --socket $system_socket --restart-command "systemctl restart notifyd.service" \
+    --clients "$GAP_CLIENTS" --rate "$GAP_RATE" > "$work/gap.out" 2>&1; then
+    pass "systemctl restart under load ($GAP_CLIENTS clients, $GAP_RATE posts/s): no EOF or GOODBYE, every post once and in order on every connection, tables equal; $(grep -o 'around the restart: p50.*' "$work/gap.out" | head -1)"
+else
+    fail "systemctl restart under load ($GAP_CLIENTS clients, $GAP_RATE posts/s)" "$(tail -12 "$work/gap.out")" \
+        "$(journal_since "$since" | tail -8)"
+fi
+check "after the restart under load the fd store is empty again" \
+    sh -c '[ "$(systemctl show -P NFileDescriptorStore notifyd)" = 0 ]'
 systemctl stop notifyd.service
 if wait_for 20 sh -c "[ \$(grep -c 'shutting down' $work/life.err) -ge 1 ] && [ \$(grep -c resubscribed $work/life.err) -ge 1 ]" \
     && systemctl is-active -q notifyd.socket && wait_for 10 deliver_to_life after-stop; then
