@@ -245,7 +245,7 @@ package final class NotifyServer: Service, Sendable {
                 metadata: ["error": "\(error)", "connections": "\(incoming.clientSockets.count)"])
         }
         var adopted = 0
-        var channels: [Channel] = []
+        var registrations: [(EventLoopFuture<Channel>, CInt)] = []
         for descriptor in incoming.clientSockets {
             let record = SocketCookie.read(descriptor: descriptor).flatMap { records.removeValue(forKey: $0) }
             if record != nil { adopted += 1 }
@@ -258,8 +258,13 @@ package final class NotifyServer: Service, Sendable {
                         try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value, origin: origin))
                     }
                 }
+            // Registered one after another on the loop, without a round trip each.
+            registrations.append((bootstrap.withConnectedSocket(descriptor), descriptor))
+        }
+        var channels: [Channel] = []
+        for (registration, descriptor) in registrations {
             do {
-                channels.append(try await bootstrap.withConnectedSocket(descriptor).get())
+                channels.append(try await registration.get())
             } catch {
                 logger.warning("a handed-over socket cannot be served", metadata: ["error": "\(error)"])
                 close(descriptor)

@@ -12,7 +12,10 @@ import NotifySystemd
 /// into the service's file descriptor store, and the next process takes them from `LISTEN_FDS`; on a stop job
 /// (or when the store is too small, or the bus cannot be asked) every client gets its `GOODBYE` as before.
 struct StoreHandover: HandoverSink {
-    /// The names the entries are stored under.
+    /// The names the entries are stored under: parcels of client sockets (``DescriptorParcel``) and the snapshot.
+    /// A daemon before parcels stored each client socket as its own entry, under `notifyd-client`; its successor
+    /// still takes those.
+    static let parcelName = "notifyd-parcel"
     static let clientName = "notifyd-client"
     static let snapshotName = "notifyd-snapshot"
 
@@ -44,7 +47,7 @@ struct StoreHandover: HandoverSink {
                 storeMax = job.fileDescriptorStoreMax
             }
         }
-        guard Int(storeMax) > connections else {
+        guard Int(storeMax) > connections / DescriptorParcel.descriptorsPerMessage + 1 else {
             logger.warning(
                 "restarting without a hand-over: FileDescriptorStoreMax= is too small for the connections",
                 metadata: ["connections": "\(connections)", "FileDescriptorStoreMax": "\(storeMax)"])
@@ -59,9 +62,11 @@ struct StoreHandover: HandoverSink {
             throw SystemdError.fileDescriptorStoreFailed(errno: errno)
         }
         defer { close(snapshot) }
+        let parcels = try DescriptorParcel.pack(handover.clientSockets)
+        defer { for parcel in parcels { close(parcel) } }
         let stored: Result<Void, SystemdError> = await Self.offThread {
             Result { () throws(SystemdError) in
-                try FileDescriptorStore.store(handover.clientSockets, name: Self.clientName)
+                try FileDescriptorStore.store(parcels, name: Self.parcelName)
                 try FileDescriptorStore.store([snapshot], name: Self.snapshotName)
             }
         }
@@ -70,10 +75,14 @@ struct StoreHandover: HandoverSink {
 
     /// Takes what a predecessor stored from the sockets systemd passed, leaving the others (the listening socket).
     static func take(from inherited: [InheritedSocket], logger: Logger) -> (IncomingHandover?, rest: [InheritedSocket]) {
-        let clients = inherited.filter { $0.name == clientName }.map(\.descriptor)
+        let ours = [parcelName, clientName, snapshotName]
+        let parcels = inherited.filter { $0.name == parcelName }.map(\.descriptor)
         let snapshots = inherited.filter { $0.name == snapshotName }.map(\.descriptor)
-        let rest = inherited.filter { $0.name != clientName && $0.name != snapshotName }
-        guard !clients.isEmpty || !snapshots.isEmpty else { return (nil, rest) }
+        let rest = inherited.filter { !ours.contains($0.name) }
+        guard inherited.count > rest.count else { return (nil, rest) }
+        let (unpacked, failure) = DescriptorParcel.unpack(parcels)
+        if let failure { logger.error("\(failure): the connections in it are lost") }
+        let clients = unpacked + inherited.filter { $0.name == clientName }.map(\.descriptor)
         defer { for descriptor in snapshots { close(descriptor) } }
         guard snapshots.count == 1, let bytes = SnapshotFile.read(snapshots[0]) else {
             logger.error("the file descriptor store holds \(snapshots.count) snapshots; expected one")
@@ -84,6 +93,7 @@ struct StoreHandover: HandoverSink {
 
     /// Empties the store once the new process serves everything it held.
     static func removeStored() {
+        FileDescriptorStore.remove(name: parcelName)
         FileDescriptorStore.remove(name: clientName)
         FileDescriptorStore.remove(name: snapshotName)
     }
