@@ -65,7 +65,15 @@ PROGRESS = [0]  # bumped by client and poster traffic: what the timeouts watch
 def connect(path, name):
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(30)  # a daemon that does not accept fails loudly rather than hanging the tool
-    s.connect(path)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            s.connect(path)
+            break
+        except BlockingIOError:  # the listen backlog is full (thousands of connections at once): try again
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
     s.sendall(hello(name))
     return s
 

@@ -212,19 +212,32 @@ package final class NotifyServer: Service, Sendable {
             broker.value.flushDirtyPeers()
             let descriptors = SocketCookie.descriptorsByCookie(limit: limit)
             var records: [HandoverSnapshot.PeerRecord] = []
-            var sockets: [CInt] = []
+            var handedOver: [(PeerChannelHandler, CInt)] = []
             for handler in handlers {
                 guard let record = handler.handoverRecord() else { continue }
                 guard let descriptor = descriptors[record.cookie] else {
                     logger.warning("no socket found for a connection; it is closed", metadata: ["connection": "\(record.number)"])
                     continue
                 }
-                let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 3)
-                guard copy >= 0 else { continue }
                 records.append(record)
-                sockets.append(copy)
+                handedOver.append((handler, descriptor))
             }
             let snapshot = broker.value.handoverSnapshot(peers: records).encoded()
+            // Each socket is duplicated just before its channel closes the original, so the daemon never holds
+            // more than one descriptor beyond what it held: with every connection duplicated first, a daemon
+            // past half its descriptor limit lost the connections whose duplicate failed.
+            var sockets: [CInt] = []
+            for (handler, descriptor) in handedOver {
+                let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 3)
+                handler.closeForHandover()
+                if copy >= 0 {
+                    sockets.append(copy)
+                } else {
+                    logger.warning(
+                        "a connection's socket cannot be duplicated; it is closed",
+                        metadata: ["error": "\(String(cString: strerror(errno)))"])
+                }
+            }
             for handler in handlers { handler.closeForHandover() }
             return OutgoingHandover(snapshot: snapshot, clientSockets: sockets, listener: nil, ownsSocketFile: false)
         }.get()

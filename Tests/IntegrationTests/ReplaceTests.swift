@@ -71,6 +71,39 @@ extension Integration {
             }
         }
 
+        @Test("a daemon using most of its descriptor limit hands over every connection")
+        func replaceNearTheDescriptorLimit() async throws {
+            try await withIntegrationScope { scope in
+                let socket = scope.socketPath
+                // 64 descriptors: 35 clients and the daemon's own fit, but not a second descriptor per client.
+                let first = try scope.launch(.notifyd, ["--socket", socket, "--log-level", "info"], after: "ulimit -n 64")
+                _ = try await poll("notifyd to accept connections", timeout: 20) { () throws -> Bool? in
+                    if let termination = first.termination { throw TestFailure("notifyd \(termination)\n\(first.diagnostics)") }
+                    return UnixSocket.acceptsConnections(at: socket) ? true : nil
+                }
+                let poster = try await TestClient.connect(to: socket, name: "poster")
+                _ = try await poster.hello()
+                var subscribers: [TestClient] = []
+                for index in 0..<35 {
+                    let subscriber = try await TestClient.connect(to: socket, name: "subscriber \(index)")
+                    _ = try await subscriber.hello()
+                    try await subscriber.subscribe("replace.limit", id: 1)
+                    subscribers.append(subscriber)
+                }
+                let second = try scope.launch(.notifyd, ["--socket", socket, "--log-level", "info", "--replace"])
+                #expect(try await first.waitForExit(timeout: 20) == .exited(0), "\(first.diagnostics)")
+                try await second.waitForLine(containing: "took over", on: .stderr)
+                try await poster.post("replace.limit", "after")
+                for subscriber in subscribers {
+                    let notification = try await subscriber.nextNotification()
+                    #expect(String(buffer: notification.payload) == "after", "\(subscriber.name)")
+                }
+                #expect(!second.stderrText.contains("left during the hand-over"), "\(second.diagnostics)")
+                second.send(SIGTERM)
+                #expect(try await second.waitForExit(timeout: 20) == .exited(0), "\(second.diagnostics)")
+            }
+        }
+
         @Test("--replace with no daemon running starts one as usual")
         func replaceWithNothingRunning() async throws {
             try await withIntegrationScope { scope in
