@@ -108,6 +108,7 @@ struct PostRun {
     /// `mutating` although it changes nothing: called on the broker's stored run, a non-mutating method got a
     /// copy of the whole run (a retain and release of each of its references, per post); a mutating one works
     /// on it in place.
+    @inline(__always)
     mutating func continuingPayload(_ fields: UnsafeRawBufferPointer, maxPayload: Int) -> UnsafeRawBufferPointer? {
         guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
             encoder.hasName(post.nameField)
@@ -116,6 +117,7 @@ struct PostRun {
     }
 
     /// Encodes one post's `NOTIFICATION` at the end of the run.
+    @inline(__always)
     mutating func append(sequence: UInt64, payload: UnsafeRawBufferPointer) {
         let offset = encoded.writerIndex
         let length = encoder.encode(sequence: sequence, payload: payload, into: &encoded)

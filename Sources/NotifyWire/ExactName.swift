@@ -44,7 +44,7 @@ package struct ExactName: Hashable, Sendable, CustomStringConvertible {
 
 extension UnsafeRawBufferPointer {
     /// Whether both buffers hold the same bytes.
-    @inlinable
+    @inlinable @inline(__always)
     package func bytesEqual(_ other: UnsafeRawBufferPointer) -> Bool {
         guard count == other.count else { return false }
         guard count > 0, let left = baseAddress, let right = other.baseAddress else { return true }

@@ -234,31 +234,16 @@ extension NotificationFrame {
     }
 
     /// Appends a whole `NOTIFICATION` frame whose sender and name fields are already encoded (see
-    /// ``writeSenderAndName(sender:name:to:)``): the one encoder of `NOTIFICATION`, in one reservation.
+    /// ``writeSenderAndName(sender:name:to:)``): the one encoder of `NOTIFICATION`, in one reservation
+    /// (``NotificationRunEncoder/encodeFrame(sequence:senderAndName:payload:into:)``).
     ///
     /// - Returns: the frame's length, prefix included.
-    @inlinable @discardableResult
+    @inlinable @inline(__always) @discardableResult
     static func encode(
         sequence: UInt64, senderAndName shared: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer,
         into buffer: inout ByteBuffer
     ) -> Int {
-        let bodyLength = 1 + 8 + shared.count + 4 + payload.count
-        let total = ProtocolConstants.lengthPrefixSize + bodyLength
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
-            out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
-            out[4] = MessageType.notification.rawValue
-            out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
-            var position = 13
-            UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + shared.count)]).copyMemory(from: shared)
-            position += shared.count
-            out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
-            position += 4
-            if payload.count > 0 {
-                UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)]).copyMemory(from: payload)
-            }
-            return total
-        }
-        return total
+        NotificationRunEncoder.encodeFrame(sequence: sequence, senderAndName: shared, payload: payload, into: &buffer)
     }
 
     /// Encodes a whole `NOTIFICATION` frame without building a ``NotificationFrame`` value first, so a

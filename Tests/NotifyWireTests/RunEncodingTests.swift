@@ -20,6 +20,12 @@ struct RunEncodingTests {
         #expect(length == file.bytes.count)
     }
 
+    @Test("the inlined frame writer's literals are the protocol's constants")
+    func writerConstants() {
+        #expect(NotificationRunEncoder.lengthPrefixSize == ProtocolConstants.lengthPrefixSize)
+        #expect(NotificationRunEncoder.notificationType == MessageType.notification.rawValue)
+    }
+
     @Test("a run's frames equal the shared encoder's, for each name and payload size, after a restart", arguments: NotificationEncodingTests.cases)
     func sameBytesAsSharedEncoder(name: String, payloadLength: Int) {
         let payload = (0..<payloadLength).map { UInt8(truncatingIfNeeded: $0 &* 3) }
