@@ -22,7 +22,7 @@ package final class NotifyServer: Service, Sendable {
     package let configuration: ServerConfiguration
     /// This run's instance id, announced in `WELCOME`.
     package let instanceID: InstanceID
-    private let logger: Logger
+    let logger: Logger
     /// The single-thread event loop group (internal for tests and the metrics endpoints).
     let group: MultiThreadedEventLoopGroup
 
@@ -30,9 +30,9 @@ package final class NotifyServer: Service, Sendable {
     /// running when the loop is stuck, which is the point of scheduling it there.
     package var eventLoop: EventLoop { group.next() }
     private let onListening: @Sendable (String) -> Void
-    private let listener = NIOLockedValueBox(ListenerState())
+    let listener = NIOLockedValueBox(ListenerState())
 
-    private struct ListenerState {
+    struct ListenerState {
         var channel: Channel?
         var shutdownRequested = false
         /// The listening descriptor (for a `--replace` hand-over, which passes a duplicate of it on).
@@ -44,7 +44,7 @@ package final class NotifyServer: Service, Sendable {
     /// What the predecessor handed over, if this daemon took over from one.
     private let incoming: IncomingHandover?
     /// Where the state goes when the daemon stops for a restart (systemd's store), if anywhere.
-    private let stopHandover: (any HandoverSink)?
+    let stopHandover: (any HandoverSink)?
     /// The broker while the server runs (internal for tests, which run code on its event loop).
     let broker = NIOLockedValueBox<NIOLoopBound<Broker>?>(nil)
 
@@ -188,133 +188,6 @@ package final class NotifyServer: Service, Sendable {
         await closeClients(broker: broker, on: eventLoop)
         if let createdPath { _ = unlink(createdPath) }
         logger.info("notifyd stopped")
-    }
-
-    // MARK: Hand-over
-
-    /// Where this stop's state goes: to the successor that asked (`--replace`), or to systemd's store when the
-    /// service manager restarts the daemon; `nil`: every client gets its `GOODBYE`.
-    private func handoverSink(replaceConnection: CInt?) async -> (any HandoverSink)? {
-        if let replaceConnection { return ReplaceSink(connection: replaceConnection) }
-        guard let stopHandover else { return nil }
-        let connections = await snapshot()?.clients.count ?? 0
-        return await stopHandover.shouldHandOver(connections: connections) ? stopHandover : nil
-    }
-
-    /// Takes the daemon's state in one turn of the event loop: every frame already read is served and what can
-    /// be written is written, then each connection's record and a duplicate of its socket are taken and its
-    /// channel is closed, so nothing more is read or written here.
-    private func capture(broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async -> OutgoingHandover {
-        let limit = CInt(truncatingIfNeeded: sysconf(Int32(_SC_OPEN_MAX)))
-        let result = try? await eventLoop.submit { [logger] () -> OutgoingHandover in
-            let handlers = broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
-            for handler in handlers { handler.serveReceivedFrames() }
-            broker.value.flushDirtyPeers()
-            let descriptors = SocketCookie.descriptorsByCookie(limit: limit)
-            var records: [HandoverSnapshot.PeerRecord] = []
-            var handedOver: [(PeerChannelHandler, CInt)] = []
-            for handler in handlers {
-                guard let record = handler.handoverRecord() else { continue }
-                guard let descriptor = descriptors[record.cookie] else {
-                    logger.warning("no socket found for a connection; it is closed", metadata: ["connection": "\(record.number)"])
-                    continue
-                }
-                records.append(record)
-                handedOver.append((handler, descriptor))
-            }
-            let snapshot = broker.value.handoverSnapshot(peers: records).encoded()
-            // Each socket is duplicated just before its channel closes the original, so the daemon never holds
-            // more than one descriptor beyond what it held: with every connection duplicated first, a daemon
-            // past half its descriptor limit lost the connections whose duplicate failed.
-            var sockets: [CInt] = []
-            for (handler, descriptor) in handedOver {
-                let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 3)
-                handler.closeForHandover()
-                if copy >= 0 {
-                    sockets.append(copy)
-                } else {
-                    logger.warning(
-                        "a connection's socket cannot be duplicated; it is closed",
-                        metadata: ["error": "\(String(cString: strerror(errno)))"])
-                }
-            }
-            for handler in handlers { handler.closeForHandover() }
-            return OutgoingHandover(snapshot: snapshot, clientSockets: sockets, listener: nil, ownsSocketFile: false)
-        }.get()
-        return result ?? OutgoingHandover(snapshot: [], clientSockets: [], listener: nil, ownsSocketFile: false)
-    }
-
-    /// Serves the connections a predecessor handed over, each as it was (or, without its record, with a
-    /// `GOODBYE`), and takes over its sequence numbers, state values and retained notifications.
-    private func adopt(_ incoming: IncomingHandover, broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async {
-        var records: [UInt64: HandoverSnapshot.PeerRecord] = [:]
-        switch incoming.snapshot {
-        case .success(let snapshot):
-            try? await eventLoop.submit { broker.value.restoreHandover(snapshot) }.get()
-            for record in snapshot.peers { records[record.cookie] = record }
-        case .failure(let error):
-            logger.error(
-                "the predecessor's snapshot cannot be read: its clients are sent GOODBYE",
-                metadata: ["error": "\(error)", "connections": "\(incoming.clientSockets.count)"])
-        }
-        var adopted = 0
-        var registrations: [(EventLoopFuture<Channel>, CInt)] = []
-        for descriptor in incoming.clientSockets {
-            let record = SocketCookie.read(descriptor: descriptor).flatMap { records.removeValue(forKey: $0) }
-            if record != nil { adopted += 1 }
-            let origin: PeerChannelHandler.Origin = record.map { .handedOver($0) } ?? .handedOverWithoutRecord
-            let bootstrap = ClientBootstrap(group: group)
-                .channelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
-                .channelOption(ChannelOptions.recvAllocator, value: Self.peerReceiveAllocator)
-                .channelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value, origin: origin))
-                    }
-                }
-            // Registered one after another on the loop, without a round trip each.
-            registrations.append((bootstrap.withConnectedSocket(descriptor), descriptor))
-        }
-        var channels: [Channel] = []
-        for (registration, descriptor) in registrations {
-            do {
-                channels.append(try await registration.get())
-            } catch {
-                logger.warning("a handed-over socket cannot be served", metadata: ["error": "\(error)"])
-                close(descriptor)
-            }
-        }
-        // Only now does any of them read: a post served earlier would miss the subscriptions of the connections
-        // restored after its poster's.
-        try? await eventLoop.submit { [channels] in
-            for channel in channels {
-                try? channel.pipeline.syncOperations.handler(type: PeerChannelHandler.self).startServingHandedOver()
-            }
-        }.get()
-        for record in records.values {
-            logger.info("a client left during the hand-over", metadata: ["connection": "\(record.number)"])
-        }
-        logger.notice("took over from the previous daemon", metadata: ["connections": "\(adopted)"])
-    }
-
-    /// Listens for `notifyd --replace` next to the socket this daemon created (a socket-activated daemon is
-    /// replaced by restarting its unit instead).
-    private func startReplaceListener(socketPath: String?) -> ReplaceListener? {
-        guard let socketPath else { return nil }
-        do throws(ReplaceChannel.Failure) {
-            let replaceListener = try ReplaceListener(socketPath: socketPath, logger: logger)
-            replaceListener.start { [self] connection in
-                let channel = listener.withLockedValue { listener -> Channel? in
-                    guard let descriptor = listener.descriptor else { return nil }
-                    listener.replace = (connection, fcntl(descriptor, F_DUPFD_CLOEXEC, 3))
-                    return listener.channel
-                }
-                channel?.close(promise: nil)
-            }
-            return replaceListener
-        } catch {
-            logger.warning("notifyd --replace will not find this daemon", metadata: ["error": "\(error)"])
-            return nil
-        }
     }
 
     /// Starts a graceful shutdown, as SIGTERM does under a `ServiceGroup`: stop accepting, write what is queued,
