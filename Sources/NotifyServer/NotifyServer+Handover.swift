@@ -32,10 +32,15 @@ extension NotifyServer {
             let descriptors = SocketCookie.descriptorsByCookie(limit: limit)
             var records: [HandoverSnapshot.PeerRecord] = []
             var handedOver: [(PeerChannelHandler, CInt)] = []
+            var notHandedOver: [PeerChannelHandler] = []
             for handler in handlers {
-                guard let record = handler.handoverRecord() else { continue }
+                guard let record = handler.handoverRecord() else {
+                    notHandedOver.append(handler)
+                    continue
+                }
                 guard let descriptor = descriptors[record.cookie] else {
                     logger.warning("no socket found for a connection; it is closed", metadata: ["connection": "\(record.number)"])
+                    notHandedOver.append(handler)
                     continue
                 }
                 records.append(record)
@@ -57,7 +62,7 @@ extension NotifyServer {
                         metadata: ["error": "\(String(cString: strerror(errno)))"])
                 }
             }
-            for handler in handlers { handler.closeForHandover() }
+            for handler in notHandedOver { handler.closeForHandover() }
             return OutgoingHandover(snapshot: snapshot, clientSockets: sockets, listener: nil, ownsSocketFile: false)
         }.get()
         return result ?? OutgoingHandover(snapshot: [], clientSockets: [], listener: nil, ownsSocketFile: false)

@@ -47,7 +47,9 @@ struct StoreHandover: HandoverSink {
                 storeMax = job.fileDescriptorStoreMax
             }
         }
-        guard Int(storeMax) > connections / DescriptorParcel.descriptorsPerMessage + 1 else {
+        // At most two entries (a parcel's ends) per message of client sockets, and the snapshot.
+        let messages = (connections + DescriptorParcel.descriptorsPerMessage - 1) / DescriptorParcel.descriptorsPerMessage
+        guard Int(storeMax) >= 2 * messages + 1 else {
             logger.warning(
                 "restarting without a hand-over: FileDescriptorStoreMax= is too small for the connections",
                 metadata: ["connections": "\(connections)", "FileDescriptorStoreMax": "\(storeMax)"])

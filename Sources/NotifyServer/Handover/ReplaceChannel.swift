@@ -19,8 +19,6 @@ package enum ReplaceChannel {
     /// Header flags.
     static let hasListener: UInt8 = 1
     static let ownsSocketFile: UInt8 = 2
-    /// The most descriptors one `SCM_RIGHTS` message may carry (the kernel's `SCM_MAX_FD`).
-    static let descriptorsPerMessage = 253
 
     /// Why a replacement failed.
     package struct Failure: Error, CustomStringConvertible {
@@ -103,7 +101,7 @@ package enum ReplaceChannel {
         try writeAll(descriptor, handover.snapshot)
         var start = 0
         while start < handover.clientSockets.count {
-            let batch = Array(handover.clientSockets[start..<min(start + descriptorsPerMessage, handover.clientSockets.count)])
+            let batch = Array(handover.clientSockets[start..<min(start + DescriptorParcel.descriptorsPerMessage, handover.clientSockets.count)])
             try send(descriptor, [UInt8(ascii: "C")], descriptors: batch)
             start += batch.count
         }
@@ -172,7 +170,7 @@ package enum ReplaceChannel {
             var bytes = [UInt8](repeating: 0, count: count)
             var descriptors: [CInt] = []
             var filled = 0
-            var passed = [CInt](repeating: -1, count: ReplaceChannel.descriptorsPerMessage)
+            var passed = [CInt](repeating: -1, count: DescriptorParcel.descriptorsPerMessage)
             while filled < count {
                 var passedCount = 0
                 let received = bytes.withUnsafeMutableBufferPointer { buffer in
