@@ -98,6 +98,16 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // A NATS core client on SwiftNIO (no Swift NATS client builds on Linux), for the bridge.
+        .target(
+            name: "NotifyNATS",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // A small client-library program used by the integration tests (a real separate process).
         .executableTarget(
             name: "notify-test-peer",
@@ -158,6 +168,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "NotifyNATSTests",
+            dependencies: [
+                "NotifyNATS", "NotifyTestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .testTarget(

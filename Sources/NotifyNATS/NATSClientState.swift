@@ -1,0 +1,130 @@
+import NIOCore
+
+/// Everything a ``NATSClient`` knows, kept under its lock: the connection phase, the outbox, the subscriptions
+/// and the server pool. Callers on any thread publish and subscribe through it; the I/O thread drains it.
+struct ClientState {
+    enum Phase {
+        case idle
+        case connecting
+        case handshaking(any Channel, sentConnect: Bool)
+        case ready(any Channel)
+        case closed
+
+        var isReady: Bool { if case .ready = self { true } else { false } }
+        var channel: (any Channel)? {
+            switch self {
+            case .handshaking(let channel, _), .ready(let channel): channel
+            case .idle, .connecting, .closed: nil
+            }
+        }
+    }
+
+    struct SubscriptionEntry {
+        var subject: String
+        var queueGroup: String?
+        var handler: @Sendable (NATSMessage) -> Void
+    }
+
+    var phase: Phase = .idle
+    var statistics = NATSClient.Statistics()
+    var maxPayload = 1 << 20
+    /// Encoded `PUB`/`HPUB` operations not yet handed to a connection, and how many messages they are.
+    var outbox = ByteBuffer()
+    var outboxMessages = 0
+    /// `SUB`/`UNSUB` operations for the current connection; never dropped, discarded when the connection ends
+    /// (the next connection sends every live subscription afresh).
+    var control = ByteBuffer()
+    var flushScheduled = false
+    var subscriptions: [UInt64: SubscriptionEntry] = [:]
+    var nextSID: UInt64 = 1
+    var pool: [NATSServerAddress]
+    var nextServer = 0
+    var failedAttempts = 0
+    var everConnected = false
+    var outstandingPings = 0
+    /// Promises of `flush()` calls, answered by `PONG`s in order; nil entries are keep-alive pings.
+    var pingWaiters: [EventLoopPromise<Void>?] = []
+    /// `flush()` calls made while not connected: their `PING`s go out after the next handshake.
+    var deferredPings: [EventLoopPromise<Void>] = []
+    var connectionWaiters: [EventLoopPromise<Void>] = []
+    let maxPendingBytes: Int
+    let user: String?
+    let password: String?
+    let token: String?
+
+    init(configuration: NATSClient.Configuration) {
+        pool = configuration.servers
+        maxPendingBytes = configuration.maxPendingBytes
+        let withCredentials = configuration.servers.first { $0.user != nil || $0.token != nil }
+        user = withCredentials?.user
+        password = withCredentials?.password
+        token = withCredentials?.token
+    }
+
+    mutating func enqueuePublish(subject: String, replyTo: String?, headers: NATSHeaders?, payload: ByteBuffer)
+        -> Result<Bool, NATSClientError>
+    {
+        if case .closed = phase { return .failure(.closed) }
+        if outbox.readableBytes >= maxPendingBytes {
+            statistics.dropped += 1
+            return .success(false)
+        }
+        let start = outbox.writerIndex
+        NATSClientOperation.writePublish(
+            subject: subject, replyTo: replyTo, headers: headers, payload: payload, to: &outbox
+        )
+        // What the server counts against max_payload: the headers and the payload, not the control line.
+        let headerBytes = headers.map { h -> Int in
+            var scratch = ByteBuffer()
+            return h.write(to: &scratch)
+        } ?? 0
+        let size = headerBytes + payload.readableBytes
+        if size > maxPayload {
+            outbox.moveWriterIndex(to: start)
+            return .failure(.payloadTooLarge(size: size, limit: maxPayload))
+        }
+        outboxMessages += 1
+        return .success(true)
+    }
+
+    mutating func addSubscription(
+        subject: String, queueGroup: String?, handler: @escaping @Sendable (NATSMessage) -> Void
+    ) -> Result<NATSClient.Subscription, NATSClientError> {
+        if case .closed = phase { return .failure(.closed) }
+        let sid = nextSID
+        nextSID += 1
+        subscriptions[sid] = SubscriptionEntry(subject: subject, queueGroup: queueGroup, handler: handler)
+        if phase.isReady {
+            NATSClientOperation.writeSubscribe(subject: subject, queueGroup: queueGroup, sid: sid, to: &control)
+        }
+        return .success(NATSClient.Subscription(sid: sid, subject: subject))
+    }
+
+    mutating func removeSubscription(sid: UInt64) {
+        guard subscriptions.removeValue(forKey: sid) != nil else { return }
+        if phase.isReady { NATSClientOperation.writeUnsubscribe(sid: sid, to: &control) }
+    }
+
+    /// The handshake's batch: `CONNECT`, every live subscription, then a `PING` whose `PONG` ends the handshake.
+    func handshake(name: String, echo: Bool) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        let options = NATSClientOperation.ConnectOptions(
+            name: name, echo: echo, user: user, pass: password, authToken: token
+        )
+        NATSClientOperation.writeConnect(options, to: &buffer)
+        for (sid, entry) in subscriptions.sorted(by: { $0.key < $1.key }) {
+            NATSClientOperation.writeSubscribe(subject: entry.subject, queueGroup: entry.queueGroup, sid: sid, to: &buffer)
+        }
+        NATSClientOperation.writePing(to: &buffer)
+        return buffer
+    }
+
+    /// Adds servers a cluster announced (`host:port`), keeping the pool's order and no duplicates.
+    mutating func learn(connectURLs: [String]) {
+        for url in connectURLs {
+            guard var address = try? NATSServerAddress(url: url) else { continue }
+            address.user = nil
+            if !pool.contains(where: { $0.host == address.host && $0.port == address.port }) { pool.append(address) }
+        }
+    }
+}
