@@ -185,7 +185,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Notify", "NotifyWire", "NotifyTestSupport", "notifyd", "notifyctl", "notify-test-peer",
+                "Notify", "NotifyWire", "NotifyNATS", "NotifyTestSupport", "notifyd", "notifyctl", "notify-test-peer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]

@@ -190,13 +190,13 @@ public final class NATSClient: Sendable {
     ///
     /// - Throws: ``NATSClientError/timedOut(_:)`` or ``NATSClientError/closed``.
     public func waitUntilConnected(timeout: TimeAmount = .seconds(10)) async throws {
-        let promise = eventLoop.makePromise(of: Void.self)
-        let readyNow = state.withLockedValue { state -> Bool in
-            if state.phase.isReady { return true }
+        let promise = state.withLockedValue { state -> EventLoopPromise<Void>? in
+            if state.phase.isReady { return nil }
+            let promise = eventLoop.makePromise(of: Void.self)
             state.connectionWaiters.append(promise)
-            return false
+            return promise
         }
-        if readyNow { return }
+        guard let promise else { return }
         let timer = eventLoop.scheduleTask(in: timeout) {
             promise.fail(NATSClientError.timedOut("no NATS server reachable"))
         }

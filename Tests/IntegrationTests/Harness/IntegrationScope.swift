@@ -48,6 +48,11 @@ final class IntegrationScope: Sendable {
         return child
     }
 
+    /// Makes the scope kill `child` at the end if it is still running.
+    func adopt(_ child: ChildProcess) {
+        children.withLock { $0.append(child) }
+    }
+
     /// Runs `tool` to completion and returns it (exit state and output).
     func run(_ tool: Tool, _ arguments: [String], timeout: Double = 20) async throws -> ChildProcess {
         let child = try launch(tool, arguments)
