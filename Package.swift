@@ -188,7 +188,9 @@ let package = Package(
                 "Notify", "NotifyWire", "NotifyNATS", "NotifyTestSupport", "notifyd", "notifyctl", "notify-test-peer",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-            ]
+            ],
+            // The reference NATS client (nats-py) as a peer of the interoperability test.
+            exclude: ["NATS/nats_py_peer.py"]
         ),
     ],
     swiftLanguageModes: [.v6]
