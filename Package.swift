@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "Notify", targets: ["Notify"]),
         .executable(name: "notifyd", targets: ["notifyd"]),
         .executable(name: "notifyctl", targets: ["notifyctl"]),
+        .executable(name: "notifyd-bridge", targets: ["notifyd-bridge"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -108,6 +109,26 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The bridge between the local daemon and NATS (`notifyd-bridge`), as a library so tests can drive it.
+        .target(
+            name: "NotifyBridge",
+            dependencies: [
+                "Notify", "NotifyNATS", "NotifyWire",
+                .product(name: "Atomics", package: "swift-atomics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "notifyd-bridge",
+            dependencies: [
+                "NotifyBridge",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ]
+        ),
         // A small client-library program used by the integration tests (a real separate process).
         .executableTarget(
             name: "notify-test-peer",
@@ -185,7 +206,8 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Notify", "NotifyWire", "NotifyNATS", "NotifyTestSupport", "notifyd", "notifyctl", "notify-test-peer",
+                "Notify", "NotifyWire", "NotifyNATS", "NotifyBridge", "NotifyTestSupport", "notifyd", "notifyctl",
+                "notify-test-peer", "notifyd-bridge",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],

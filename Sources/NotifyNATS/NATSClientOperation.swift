@@ -37,9 +37,12 @@ package enum NATSClientOperation {
     }
 
     /// `PUB subject size` or, with headers, `HPUB subject headerSize totalSize`, then the bytes and `\r\n`.
+    ///
+    /// - Returns: the size of the header block (0 without headers): with the payload, what `max_payload` limits.
+    @discardableResult
     package static func writePublish(
         subject: String, replyTo: String? = nil, headers: NATSHeaders?, payload: ByteBuffer, to buffer: inout ByteBuffer
-    ) {
+    ) -> Int {
         guard let headers else {
             buffer.writeString("PUB ")
             buffer.writeString(subject)
@@ -50,7 +53,7 @@ package enum NATSClientOperation {
             buffer.writeString(" \(payload.readableBytes)\r\n")
             buffer.writeImmutableBuffer(payload)
             buffer.writeString("\r\n")
-            return
+            return 0
         }
         var block = ByteBuffer()
         let headerSize = headers.write(to: &block)
@@ -64,6 +67,7 @@ package enum NATSClientOperation {
         buffer.writeImmutableBuffer(block)
         buffer.writeImmutableBuffer(payload)
         buffer.writeString("\r\n")
+        return headerSize
     }
 
     package static func writeSubscribe(subject: String, queueGroup: String?, sid: UInt64, to buffer: inout ByteBuffer) {

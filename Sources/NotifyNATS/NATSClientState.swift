@@ -70,14 +70,10 @@ struct ClientState {
             return .success(false)
         }
         let start = outbox.writerIndex
-        NATSClientOperation.writePublish(
+        let headerBytes = NATSClientOperation.writePublish(
             subject: subject, replyTo: replyTo, headers: headers, payload: payload, to: &outbox
         )
         // What the server counts against max_payload: the headers and the payload, not the control line.
-        let headerBytes = headers.map { h -> Int in
-            var scratch = ByteBuffer()
-            return h.write(to: &scratch)
-        } ?? 0
         let size = headerBytes + payload.readableBytes
         if size > maxPayload {
             outbox.moveWriterIndex(to: start)

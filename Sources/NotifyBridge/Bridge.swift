@@ -1,0 +1,154 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import Notify
+import NotifyNATS
+
+/// Carries notifications between the local daemon and NATS: `export` patterns out, `import` patterns in.
+///
+/// Loops cannot form, however the patterns overlap across hosts: the bridge never exports a notification it
+/// posted itself (its sender pid is the bridge's), NATS never sends the bridge its own messages (`echo` off), and
+/// a message whose origin host is this one is never imported.
+package final class Bridge: Sendable {
+    package let configuration: BridgeConfiguration
+    package let hostID: String
+    let mapping: SubjectMapping
+    let center: NotifyCenter
+    let nats: NATSClient
+    let counters = BridgeCounters()
+    let observations = NIOLockedValueBox<[Observation]>([])
+    let eventTasks = NIOLockedValueBox<[Task<Void, Never>]>([])
+    let logger: Logger
+    private let ownPID = UInt32(getpid())
+
+    /// Creates the bridge and starts connecting both sides; nothing is carried before ``start()``.
+    package init(configuration: BridgeConfiguration, hostID: String, logger: Logger) throws {
+        try configuration.validate()
+        self.configuration = configuration
+        self.hostID = hostID
+        self.logger = logger
+        mapping = try SubjectMapping(prefix: configuration.subjectPrefix)
+        center = NotifyCenter(
+            configuration: .init(
+                socketPath: configuration.socketPath, clientName: "notifyd-bridge", logger: logger,
+                whileDisconnected: .wait(timeout: 10)))
+        nats = NATSClient(
+            configuration: .init(
+                servers: try configuration.natsURLs.map { try NATSServerAddress(url: $0) },
+                name: "notifyd-bridge \(hostID)", echo: false, maxPendingBytes: configuration.maxPendingBytes),
+            logger: logger)
+    }
+
+    /// Subscribes on both sides and starts carrying.
+    package func start() throws {
+        let events = center.connectionEvents()
+        let eventTask = Task { [counters, logger] in
+            for await event in events {
+                switch event {
+                case .requestRejected(operation: "post", let error):
+                    BridgeCounters.bump(counters.importRefused)
+                    logger.warning("the daemon refused an imported post: \(error)")
+                case .postsExpired(let count):
+                    BridgeCounters.bump(counters.importLost, by: UInt64(count))
+                case .notificationsDropped(let count, _):
+                    BridgeCounters.bump(counters.exportDroppedByDaemon, by: count)
+                default:
+                    break
+                }
+            }
+        }
+        eventTasks.withLockedValue { $0.append(eventTask) }
+        let options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
+        for pattern in configuration.exports {
+            let observation = try center.observe(pattern, on: .immediate, options: options) { [self] notification in
+                export(notification)
+            }
+            observations.withLockedValue { $0.append(observation) }
+        }
+        for pattern in configuration.imports {
+            _ = try nats.subscribe(mapping.subject(forPattern: pattern)) { [self] message in importMessage(message) }
+        }
+    }
+
+    /// Waits until both sides are connected and subscribed (for tests and for a bridge that reports readiness).
+    package func waitUntilReady(timeout: Double) async throws {
+        try await center.waitUntilConnected(timeout: timeout)
+        try await center.synchronize()
+        try await nats.waitUntilConnected(timeout: .milliseconds(Int64(timeout * 1000)))
+        try await nats.flush(timeout: .milliseconds(Int64(timeout * 1000)))
+    }
+
+    private func export(_ notification: ReceivedNotification) {
+        if notification.sender.pid == ownPID {
+            BridgeCounters.bump(counters.exportSkippedOwn)
+            return
+        }
+        let origin = Origin(
+            host: hostID, uid: notification.sender.uid, gid: notification.sender.gid, pid: notification.sender.pid,
+            sequence: notification.sequence, retained: notification.isRetained)
+        let payload = notification.withPayloadBytes { ByteBuffer(bytes: $0) }
+        do {
+            if try nats.publish(mapping.subject(forName: notification.name), payload: payload, headers: origin.headers) {
+                BridgeCounters.bump(counters.exported)
+            }
+        } catch NATSClientError.payloadTooLarge {
+            BridgeCounters.bump(counters.exportTooLarge)
+        } catch {
+            logger.error("cannot export \(notification.name): \(error)")
+        }
+    }
+
+    private func importMessage(_ message: NATSMessage) {
+        if let origin = Origin(headers: message.headers), origin.host == hostID {
+            BridgeCounters.bump(counters.importSkippedOwn)
+            return
+        }
+        let name: String
+        switch mapping.name(forSubject: message.subject) {
+        case .success(let mapped): name = mapped
+        case .failure:
+            BridgeCounters.bump(counters.importInvalidName)
+            return
+        }
+        let retained = Origin(headers: message.headers)?.retained ?? false
+        do {
+            try center.post(name, payload: message.payload.readableBytesView, retain: retained)
+            BridgeCounters.bump(counters.imported)
+        } catch NotifyError.payloadTooLarge {
+            BridgeCounters.bump(counters.importTooLarge)
+        } catch {
+            BridgeCounters.bump(counters.importLost)
+            logger.error("cannot import \(name): \(error)")
+        }
+    }
+
+    /// The counters so far.
+    package var statistics: BridgeStatistics {
+        var statistics = BridgeStatistics()
+        statistics.exported = counters.exported.load(ordering: .relaxed)
+        statistics.exportSkippedOwn = counters.exportSkippedOwn.load(ordering: .relaxed)
+        statistics.exportTooLarge = counters.exportTooLarge.load(ordering: .relaxed)
+        statistics.exportDroppedByDaemon = counters.exportDroppedByDaemon.load(ordering: .relaxed)
+        statistics.imported = counters.imported.load(ordering: .relaxed)
+        statistics.importSkippedOwn = counters.importSkippedOwn.load(ordering: .relaxed)
+        statistics.importInvalidName = counters.importInvalidName.load(ordering: .relaxed)
+        statistics.importTooLarge = counters.importTooLarge.load(ordering: .relaxed)
+        statistics.importRefused = counters.importRefused.load(ordering: .relaxed)
+        statistics.importLost = counters.importLost.load(ordering: .relaxed)
+        let nats = nats.statistics
+        statistics.exportDropped = nats.dropped
+        statistics.exportLostInFlight = nats.lostInFlight
+        statistics.natsReconnects = nats.reconnects
+        statistics.natsConnected = self.nats.isConnected
+        return statistics
+    }
+
+    /// Stops carrying and closes both connections.
+    package func close() async {
+        for observation in observations.withLockedValue({ $0 }) { observation.cancel() }
+        for task in eventTasks.withLockedValue({ $0 }) { task.cancel() }
+        await nats.close()
+        await center.close()
+    }
+}

@@ -1,0 +1,103 @@
+import NotifyNATS
+import NotifyWire
+
+/// What a bridge connects and which names it carries, from the command line and a configuration file.
+package struct BridgeConfiguration: Sendable, Equatable {
+    /// The local daemon's socket; nil: the library's default.
+    package var socketPath: String?
+    /// NATS servers, tried in order (plus those the cluster announces).
+    package var natsURLs: [String] = []
+    /// Local patterns whose notifications are published to NATS.
+    package var exports: [String] = []
+    /// Patterns whose NATS messages are posted locally.
+    package var imports: [String] = []
+    /// The subject prefix names are published under.
+    package var subjectPrefix = "notifyd"
+    /// This host's identity in the origin headers; nil: `/etc/machine-id`.
+    package var hostID: String?
+    /// How many notifications the daemon may hold for the bridge per export before dropping the oldest.
+    package var queueLimit: UInt32 = 65_536
+    /// Bytes of exported notifications kept while NATS is unreachable; past that they are dropped and counted.
+    package var maxPendingBytes = 8 << 20
+    /// A JetStream key-value bucket for state values and retained notifications (not supported yet).
+    package var kvBucket: String?
+
+    package init() {}
+
+    /// Checks everything that can be checked without connecting: URLs, patterns, the prefix.
+    ///
+    /// - Throws: the first problem, naming the offending value.
+    package func validate() throws(BridgeConfigurationError) {
+        if natsURLs.isEmpty { throw .missing("at least one --nats URL") }
+        if exports.isEmpty && imports.isEmpty { throw .missing("at least one --export or --import pattern") }
+        for url in natsURLs {
+            do { _ = try NATSServerAddress(url: url) } catch { throw .invalidURL(url, error.description) }
+        }
+        for pattern in exports + imports {
+            do { _ = try NotificationPattern(pattern) } catch { throw .invalidPattern(pattern, error.description) }
+            if pattern.hasPrefix("self.") { throw .invalidPattern(pattern, "self. names never leave their process") }
+        }
+        _ = try SubjectMapping(prefix: subjectPrefix)
+        if queueLimit == 0 { throw .invalidValue("queue-limit", "0") }
+        if let kvBucket { throw .unsupported("kv-bucket \(kvBucket): JetStream key-value mirroring is not implemented") }
+    }
+
+    /// Applies a configuration file: one directive per line (`socket PATH`, `nats URL`, `export PATTERN`,
+    /// `import PATTERN`, `subject-prefix PREFIX`, `host-id ID`, `queue-limit N`, `max-pending-bytes N`,
+    /// `kv-bucket NAME`), `#` comments and blank lines ignored. Lists add to what is already there.
+    ///
+    /// - Throws: ``BridgeConfigurationError/syntax(line:_:)`` naming the line.
+    package mutating func apply(file text: String) throws(BridgeConfigurationError) {
+        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
+            guard let directive = words.first else { continue }
+            guard words.count == 2 else {
+                throw .syntax(line: index + 1, "'\(directive)' takes exactly one value")
+            }
+            let value = words[1]
+            switch directive {
+            case "socket": socketPath = value
+            case "nats": natsURLs.append(value)
+            case "export": exports.append(value)
+            case "import": imports.append(value)
+            case "subject-prefix": subjectPrefix = value
+            case "host-id": hostID = value
+            case "kv-bucket": kvBucket = value
+            case "queue-limit":
+                guard let number = UInt32(value) else { throw .syntax(line: index + 1, "queue-limit needs a number") }
+                queueLimit = number
+            case "max-pending-bytes":
+                guard let number = Int(value), number >= 0 else {
+                    throw .syntax(line: index + 1, "max-pending-bytes needs a number")
+                }
+                maxPendingBytes = number
+            default:
+                throw .syntax(line: index + 1, "unknown directive '\(directive)'")
+            }
+        }
+    }
+}
+
+/// A configuration the bridge cannot start with.
+package enum BridgeConfigurationError: Error, Equatable, CustomStringConvertible {
+    case missing(String)
+    case invalidURL(String, String)
+    case invalidPattern(String, String)
+    case invalidPrefix(String)
+    case invalidValue(String, String)
+    case syntax(line: Int, String)
+    case unsupported(String)
+
+    package var description: String {
+        switch self {
+        case .missing(let what): "missing \(what)"
+        case .invalidURL(let url, let why): "invalid NATS URL '\(url)': \(why)"
+        case .invalidPattern(let pattern, let why): "invalid pattern '\(pattern)': \(why)"
+        case .invalidPrefix(let prefix): "invalid subject prefix '\(prefix)' (a NATS subject without wildcards)"
+        case .invalidValue(let name, let value): "invalid \(name) '\(value)'"
+        case .syntax(let line, let why): "configuration line \(line): \(why)"
+        case .unsupported(let what): "not supported: \(what)"
+        }
+    }
+}

@@ -1,0 +1,52 @@
+import NotifyNATS
+
+/// Where a bridged notification was first posted: the host, the poster's credentials there, and the daemon's
+/// sequence number. It travels as `Notifyd-Origin-*` headers.
+package struct Origin: Sendable, Equatable {
+    package var host: String
+    package var uid: UInt32
+    package var gid: UInt32
+    package var pid: UInt32
+    package var sequence: UInt64
+    package var retained: Bool
+
+    package init(host: String, uid: UInt32, gid: UInt32, pid: UInt32, sequence: UInt64, retained: Bool = false) {
+        self.host = host
+        self.uid = uid
+        self.gid = gid
+        self.pid = pid
+        self.sequence = sequence
+        self.retained = retained
+    }
+
+    package enum Header {
+        package static let host = "Notifyd-Origin-Host"
+        package static let uid = "Notifyd-Origin-UID"
+        package static let gid = "Notifyd-Origin-GID"
+        package static let pid = "Notifyd-Origin-PID"
+        package static let sequence = "Notifyd-Origin-Seq"
+        package static let retained = "Notifyd-Retained"
+    }
+
+    package var headers: NATSHeaders {
+        var headers = NATSHeaders()
+        headers.append(Header.host, host)
+        headers.append(Header.uid, String(uid))
+        headers.append(Header.gid, String(gid))
+        headers.append(Header.pid, String(pid))
+        headers.append(Header.sequence, String(sequence))
+        if retained { headers.append(Header.retained, "1") }
+        return headers
+    }
+
+    /// The origin a message's headers describe, or nil when the host header is missing (not from a bridge).
+    package init?(headers: NATSHeaders?) {
+        guard let headers, let host = headers[Header.host], !host.isEmpty else { return nil }
+        self.host = host
+        uid = headers[Header.uid].flatMap { UInt32($0) } ?? UInt32.max
+        gid = headers[Header.gid].flatMap { UInt32($0) } ?? UInt32.max
+        pid = headers[Header.pid].flatMap { UInt32($0) } ?? 0
+        sequence = headers[Header.sequence].flatMap { UInt64($0) } ?? 0
+        retained = headers[Header.retained] == "1"
+    }
+}

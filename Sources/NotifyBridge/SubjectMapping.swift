@@ -1,0 +1,48 @@
+import NotifyWire
+
+/// How notification names become NATS subjects and back: `PREFIX.NAME`, byte for byte.
+///
+/// Every valid name is a valid subject (PROTOCOL.md § 8 allows no white space, the only characters a subject
+/// token may not hold besides `.`), so nothing is escaped. The way back is checked: a subject under the prefix
+/// whose rest is not a valid name (a token NATS allows but notifyd does not, such as `#` or `/`) is refused.
+package struct SubjectMapping: Sendable, Equatable {
+    /// The subject prefix, without a trailing dot (e.g. `notifyd`).
+    package let prefix: String
+
+    /// - Throws: ``BridgeConfigurationError/invalidPrefix(_:)`` for a prefix that is not a NATS subject
+    ///   without wildcards.
+    package init(prefix: String) throws(BridgeConfigurationError) {
+        guard prefix.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F }), !prefix.contains("*"), !prefix.contains(">"),
+            !prefix.isEmpty, !prefix.hasPrefix("."), !prefix.hasSuffix("."), !prefix.contains("..")
+        else { throw .invalidPrefix(prefix) }
+        self.prefix = prefix
+    }
+
+    /// The subject a local name is published to.
+    package func subject(forName name: String) -> String { prefix + "." + name }
+
+    /// The subject pattern that carries the names a notifyd pattern matches (same wildcards).
+    package func subject(forPattern pattern: String) -> String { prefix + "." + pattern }
+
+    /// The name a subject stands for, or why it stands for none.
+    package func name(forSubject subject: String) -> Result<String, SubjectRefusal> {
+        guard subject.hasPrefix(prefix + "."), subject.utf8.count > prefix.utf8.count + 1 else {
+            return .failure(.outsidePrefix)
+        }
+        let name = String(subject.utf8.dropFirst(prefix.utf8.count + 1))!
+        do {
+            try NotificationName.validate(name)
+        } catch {
+            return .failure(.invalidName(error.description))
+        }
+        return .success(name)
+    }
+}
+
+/// Why a subject was not turned into a name.
+package enum SubjectRefusal: Error, Equatable, Sendable {
+    /// The subject is not under the bridge's prefix.
+    case outsidePrefix
+    /// The rest of the subject breaks the name grammar.
+    case invalidName(String)
+}
