@@ -20,6 +20,8 @@ package final class Bridge: Sendable {
     let observations = NIOLockedValueBox<[Observation]>([])
     let eventTasks = NIOLockedValueBox<[Task<Void, Never>]>([])
     let logger: Logger
+    /// The last `Notifyd-Bridge-Seq` seen from each other bridge (by host id).
+    let lastSequence = NIOLockedValueBox<[String: UInt64]>([:])
     private let ownPID = UInt32(getpid())
 
     /// Creates the bridge and starts connecting both sides; nothing is carried before ``start()``.
@@ -86,7 +88,8 @@ package final class Bridge: Sendable {
         }
         let origin = Origin(
             host: hostID, uid: notification.sender.uid, gid: notification.sender.gid, pid: notification.sender.pid,
-            sequence: notification.sequence, retained: notification.isRetained)
+            sequence: notification.sequence, retained: notification.isRetained,
+            bridgeSequence: counters.exportSequence.wrappingIncrementThenLoad(ordering: .relaxed))
         let payload = notification.withPayloadBytes { ByteBuffer(bytes: $0) }
         do {
             if try nats.publish(mapping.subject(forName: notification.name), payload: payload, headers: origin.headers) {
@@ -100,9 +103,13 @@ package final class Bridge: Sendable {
     }
 
     private func importMessage(_ message: NATSMessage) {
-        if let origin = Origin(headers: message.headers), origin.host == hostID {
-            BridgeCounters.bump(counters.importSkippedOwn)
-            return
+        let origin = Origin(headers: message.headers)
+        if let origin {
+            if origin.host == hostID {
+                BridgeCounters.bump(counters.importSkippedOwn)
+                return
+            }
+            countGap(before: origin)
         }
         let name: String
         switch mapping.name(forSubject: message.subject) {
@@ -111,7 +118,7 @@ package final class Bridge: Sendable {
             BridgeCounters.bump(counters.importInvalidName)
             return
         }
-        let retained = Origin(headers: message.headers)?.retained ?? false
+        let retained = origin?.retained ?? false
         do {
             try center.post(name, payload: message.payload.readableBytesView, retain: retained)
             BridgeCounters.bump(counters.imported)
@@ -121,6 +128,17 @@ package final class Bridge: Sendable {
             BridgeCounters.bump(counters.importLost)
             logger.error("cannot import \(name): \(error)")
         }
+    }
+
+    private func countGap(before origin: Origin) {
+        guard origin.bridgeSequence > 0 else { return }
+        let missing = lastSequence.withLockedValue { last -> UInt64 in
+            defer { last[origin.host] = origin.bridgeSequence }
+            // A first message, or a lower number (that bridge restarted): nothing to compare with.
+            guard let previous = last[origin.host], origin.bridgeSequence > previous else { return 0 }
+            return origin.bridgeSequence - previous - 1
+        }
+        if missing > 0 { BridgeCounters.bump(counters.importGaps, by: missing) }
     }
 
     /// The counters so far.
@@ -136,6 +154,7 @@ package final class Bridge: Sendable {
         statistics.importTooLarge = counters.importTooLarge.load(ordering: .relaxed)
         statistics.importRefused = counters.importRefused.load(ordering: .relaxed)
         statistics.importLost = counters.importLost.load(ordering: .relaxed)
+        statistics.importGaps = counters.importGaps.load(ordering: .relaxed)
         let nats = nats.statistics
         statistics.exportDropped = nats.dropped
         statistics.exportLostInFlight = nats.lostInFlight

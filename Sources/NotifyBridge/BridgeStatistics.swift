@@ -26,6 +26,9 @@ package struct BridgeStatistics: Sendable, Equatable, Codable {
     package var importRefused: UInt64 = 0
     /// Imports lost because the local daemon was unreachable.
     package var importLost: UInt64 = 0
+    /// Messages missing between two that arrived from the same bridge (gaps in `Notifyd-Bridge-Seq`): lost in
+    /// NATS or dropped by the exporting bridge. Exact when this bridge imports everything the other exports.
+    package var importGaps: UInt64 = 0
     /// Whether the NATS connection is up.
     package var natsConnected = false
     /// NATS reconnections so far.
@@ -46,6 +49,8 @@ final class BridgeCounters: Sendable {
     let importTooLarge = ManagedAtomic<UInt64>(0)
     let importRefused = ManagedAtomic<UInt64>(0)
     let importLost = ManagedAtomic<UInt64>(0)
+    let importGaps = ManagedAtomic<UInt64>(0)
+    let exportSequence = ManagedAtomic<UInt64>(0)
 
     static func bump(_ counter: ManagedAtomic<UInt64>, by amount: UInt64 = 1) {
         counter.wrappingIncrement(by: amount, ordering: .relaxed)

@@ -9,14 +9,20 @@ package struct Origin: Sendable, Equatable {
     package var pid: UInt32
     package var sequence: UInt64
     package var retained: Bool
+    /// The exporting bridge's own count of what it published, 1, 2, 3…: a gap means messages lost on the way.
+    package var bridgeSequence: UInt64
 
-    package init(host: String, uid: UInt32, gid: UInt32, pid: UInt32, sequence: UInt64, retained: Bool = false) {
+    package init(
+        host: String, uid: UInt32, gid: UInt32, pid: UInt32, sequence: UInt64, retained: Bool = false,
+        bridgeSequence: UInt64 = 0
+    ) {
         self.host = host
         self.uid = uid
         self.gid = gid
         self.pid = pid
         self.sequence = sequence
         self.retained = retained
+        self.bridgeSequence = bridgeSequence
     }
 
     package enum Header {
@@ -26,6 +32,7 @@ package struct Origin: Sendable, Equatable {
         package static let pid = "Notifyd-Origin-PID"
         package static let sequence = "Notifyd-Origin-Seq"
         package static let retained = "Notifyd-Retained"
+        package static let bridgeSequence = "Notifyd-Bridge-Seq"
     }
 
     package var headers: NATSHeaders {
@@ -35,6 +42,7 @@ package struct Origin: Sendable, Equatable {
         headers.append(Header.gid, String(gid))
         headers.append(Header.pid, String(pid))
         headers.append(Header.sequence, String(sequence))
+        headers.append(Header.bridgeSequence, String(bridgeSequence))
         if retained { headers.append(Header.retained, "1") }
         return headers
     }
@@ -48,5 +56,6 @@ package struct Origin: Sendable, Equatable {
         pid = headers[Header.pid].flatMap { UInt32($0) } ?? 0
         sequence = headers[Header.sequence].flatMap { UInt64($0) } ?? 0
         retained = headers[Header.retained] == "1"
+        bridgeSequence = headers[Header.bridgeSequence].flatMap { UInt64($0) } ?? 0
     }
 }

@@ -86,10 +86,19 @@ struct BridgeCommand: AsyncParsableCommand {
         try bridge.start()
         logger.info(
             "bridging as host \(host): export \(configuration.exports), import \(configuration.imports), subjects under \(configuration.subjectPrefix).")
+        let readiness = Task {
+            do {
+                try await bridge.waitUntilReady(timeout: 3600)
+                logger.info("bridge ready: subscribed locally and on NATS")
+            } catch {
+                logger.warning("bridge not ready: \(error)")
+            }
+        }
         for await signal in signals {
             Self.printStatistics(bridge.statistics)
             if signal != .sigusr1 { break }
         }
+        readiness.cancel()
         await bridge.close()
     }
 

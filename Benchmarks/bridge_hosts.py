@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""Hosts in network namespaces, each with its own nats-server (clustered over veths), notifyd and notifyd-bridge.
+
+  bridge_hosts.py --check  the test (make test-bridge): a post on one host reaches every other host exactly once
+                           with `>` exported and imported everywhere (every delivery counted: no loops); a NATS
+                           server SIGKILLed and restarted mid-stream: the bridge reconnects, and every notification
+                           is either delivered or counted as lost by the bridges (never silent).
+  bridge_hosts.py --bench  the figures (make bench): host-to-host latency through notifyd -> bridge -> NATS ->
+                           bridge -> notifyd next to NATS alone on the same hosts, and throughput through one bridge.
+
+Needs root (ip netns), iproute2 and nats-server. Every process and namespace it makes is removed at the end.
+"""
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wire  # noqa: E402
+
+TIMEOUT = 60.0
+
+
+def fail(message):
+    print(f"FAIL: {message}", flush=True)
+    raise SystemExit(1)
+
+
+def run(*args):
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+class Topology:
+    """Hosts h1..hN on a Linux bridge, 10.231.<k>.<i>/24, each in its own network namespace."""
+
+    def __init__(self, count, directory):
+        self.tag = f"nb{os.getpid() % 100000}"
+        self.subnet = 10 + os.getpid() % 200
+        self.hosts = [f"h{i + 1}" for i in range(count)]
+        self.directory = directory
+        self.processes = []
+        self.bridge = f"{self.tag}br"
+        run("ip", "link", "add", self.bridge, "type", "bridge")
+        run("ip", "link", "set", self.bridge, "up")
+        for index, host in enumerate(self.hosts):
+            ns = self.namespace(host)
+            run("ip", "netns", "add", ns)
+            run("ip", "link", "add", f"{self.tag}{index}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            run("ip", "link", "set", f"{self.tag}{index}", "master", self.bridge, "up")
+            run("ip", "-n", ns, "addr", "add", f"{self.ip(host)}/24", "dev", "eth0")
+            run("ip", "-n", ns, "link", "set", "eth0", "up")
+            run("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def namespace(self, host):
+        return f"{self.tag}{host}"
+
+    def ip(self, host):
+        return f"10.231.{self.subnet}.{self.hosts.index(host) + 1}"
+
+    def socket_path(self, host):
+        return os.path.join(self.directory, f"{host}.sock")
+
+    def start(self, host, args, log):
+        out = open(os.path.join(self.directory, log), "ab")
+        process = subprocess.Popen(["ip", "netns", "exec", self.namespace(host)] + args, stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.processes.append(process)
+        return process
+
+    def close(self):
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for host in self.hosts:
+            subprocess.run(["ip", "netns", "del", self.namespace(host)], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "link", "del", self.bridge], stderr=subprocess.DEVNULL)
+
+
+def wait_for_log(path, text, count=1, timeout=TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path, "r", errors="replace") as handle:
+                if handle.read().count(text) >= count:
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
+    fail(f"timed out waiting for {count} x '{text}' in {path}:\n" + open(path, errors="replace").read()[-3000:])
+
+
+class Cluster:
+    """One nats-server, notifyd and bridge per host; every bridge exports and imports `>`."""
+
+    def __init__(self, topology, bin_dir, bridge_args=()):
+        self.t = topology
+        self.bin = bin_dir
+        self.bridges = {}
+        self.nats = {}
+        self.bridge_args = list(bridge_args)
+        for host in topology.hosts:
+            self.start_nats(host)
+        for host in topology.hosts:
+            wait_for_log(self.log(host, "nats"), "Route connection created", count=len(topology.hosts) - 1)
+        for host in topology.hosts:
+            topology.start(host, [f"{bin_dir}/notifyd", "--socket", topology.socket_path(host)], f"{host}-notifyd.log")
+        for host in topology.hosts:
+            wait_for_socket(topology.socket_path(host))
+            self.start_bridge(host)
+        for host in topology.hosts:
+            wait_for_log(self.log(host, "bridge"), "bridge ready")
+
+    def log(self, host, what):
+        return os.path.join(self.t.directory, f"{host}-{what}.log")
+
+    def start_nats(self, host):
+        ip = self.t.ip(host)
+        routes = ",".join(f"nats://{self.t.ip(other)}:6222" for other in self.t.hosts if other != host)
+        self.nats[host] = self.t.start(host, ["nats-server", "-a", ip, "-p", "4222", "--cluster_name", self.t.tag,
+                                              "--cluster", f"nats://{ip}:6222", "--routes", routes],
+                                       f"{host}-nats.log")
+
+    def start_bridge(self, host):
+        # The host's own server first, then the others: a bridge fails over when its server dies.
+        urls = [self.t.ip(host)] + [self.t.ip(other) for other in self.t.hosts if other != host]
+        args = [f"{self.bin}/notifyd-bridge", "--socket", self.t.socket_path(host), "--export", ">", "--import", ">",
+                "--host-id", host] + self.bridge_args
+        for ip in urls:
+            args += ["--nats", f"nats://{ip}:4222"]
+        self.bridges[host] = self.t.start(host, args, f"{host}-bridge.log")
+
+    def statistics(self, host):
+        """The bridge's counters: SIGUSR1 makes it print them as one JSON line (into its log)."""
+        path = self.log(host, "bridge")
+        before = open(path, errors="replace").read().count('"imported"')
+        self.bridges[host].send_signal(signal.SIGUSR1)
+        wait_for_log(path, '"imported"', count=before + 1)
+        lines = [line for line in open(path, errors="replace").read().splitlines() if line.startswith("{")]
+        return json.loads(lines[-1])
+
+
+def wait_for_socket(path, timeout=TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.connect(path)
+            probe.close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    fail(f"no daemon on {path}")
+
+
+class Client:
+    """A raw protocol client of one host's daemon, subscribed to `>` with a large queue; counts what it receives."""
+
+    def __init__(self, path, subscribe=True):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.sock.sendall(wire.hello(b"bridge-hosts"))
+        self.buffer = bytearray()
+        self.received = {}  # name -> [payloads]
+        self.order = []
+        self.request = 0
+        self.expect_type(0x81)
+        if subscribe:
+            self.sock.sendall(wire.subscribe(self.next_id(), 1, b">", policy=1, limit=65536))
+            self.expect_type(0x82)
+
+    def next_id(self):
+        self.request += 1
+        return self.request
+
+    def expect_type(self, kind, timeout=TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while True:
+            for frame_kind, body in self.frames(deadline):
+                if frame_kind == kind:
+                    return body
+                if frame_kind == 0x8F:
+                    fail(f"daemon error {body.hex()}")
+            if time.monotonic() > deadline:
+                fail(f"timed out waiting for frame 0x{kind:02x}")
+
+    def frames(self, deadline):
+        """Reads what is there (waiting until deadline for something) and yields whole frames."""
+        ready, _, _ = select.select([self.sock], [], [], max(0.0, min(0.2, deadline - time.monotonic())))
+        if ready:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                fail("the daemon closed the connection")
+            self.buffer += data
+        offset = 0
+        frames = []
+        while True:
+            parsed = wire.next_frame(self.buffer, offset)
+            if parsed is None:
+                break
+            kind, body, offset = parsed
+            if kind == 0x85:
+                self.note(body)
+            else:
+                frames.append((kind, body))
+        del self.buffer[:offset]
+        return frames
+
+    def note(self, body):
+        sequence, pid, uid, gid, length = struct.unpack_from(">QIIIH", body, 0)
+        name = body[22:22 + length].decode()
+        (size,) = struct.unpack_from(">I", body, 22 + length)
+        payload = body[26 + length:26 + length + size]
+        self.received.setdefault(name, []).append(payload)
+        self.order.append((time.monotonic_ns(), name, payload))
+
+    def pump(self, seconds=0.05):
+        self.frames(time.monotonic() + seconds)
+
+    def post(self, name, payload=b""):
+        self.sock.sendall(wire.post(self.next_id(), name.encode(), payload))
+
+    def wait_for(self, what, predicate, timeout=TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                fail(f"timed out waiting for {what}")
+            self.frames(deadline)
+
+
+def wait_until_bridged(cluster, clients):
+    """Posts probes from every host until each reaches every other host (subscriptions propagate through the cluster)."""
+    for host, client in clients.items():
+        for attempt in range(2000):
+            name = f"probe.{host}.{attempt}"
+            client.post(name)
+            deadline = time.monotonic() + 0.1
+            while time.monotonic() < deadline:
+                for other in clients.values():
+                    other.pump(0.01)
+                if all(name in other.received for other in clients.values()):
+                    break
+            if all(name in other.received for other in clients.values()):
+                break
+        else:
+            fail(f"posts on {host} never reached every host")
+
+
+def check(args):
+    directory = tempfile.mkdtemp(prefix="bridge-hosts-")
+    topology = Topology(3, directory)
+    try:
+        cluster = Cluster(topology, args.bin)
+        clients = {host: Client(topology.socket_path(host)) for host in topology.hosts}
+        wait_until_bridged(cluster, clients)
+        for client in clients.values():
+            client.received.clear()
+
+        # 1. Every host posts; every host receives every post exactly once.
+        n = args.posts
+        for host, client in clients.items():
+            for i in range(n):
+                client.post(f"mh.{host}.n{i}", f"{host}:{i}".encode())
+        expected = {f"mh.{h}.n{i}" for h in topology.hosts for i in range(n)}
+        for host, client in clients.items():
+            client.wait_for(f"{len(expected)} names on {host}", lambda c=client: expected <= set(c.received))
+        # A last round of markers: anything duplicated or looping would have arrived before them.
+        for host, client in clients.items():
+            client.post(f"mark.{host}")
+        for host, client in clients.items():
+            client.wait_for(f"markers on {host}",
+                            lambda c=client: all(f"mark.{h}" in c.received for h in topology.hosts))
+        for host, client in clients.items():
+            names = [name for name in client.received if name.startswith("mh.")]
+            duplicates = {name: len(p) for name, p in client.received.items() if len(p) != 1}
+            if duplicates:
+                fail(f"{host} received some notifications more than once: {list(duplicates.items())[:5]}")
+            if set(names) != expected:
+                fail(f"{host} received unexpected names: {sorted(set(names) ^ expected)[:5]}")
+            for name, payloads in client.received.items():
+                if name.startswith("mh.") and payloads[0] != f"{name.split('.')[1]}:{name.split('.n')[1]}".encode():
+                    fail(f"{host}: payload of {name} changed: {payloads[0]!r}")
+        for host in topology.hosts:
+            stats = cluster.statistics(host)
+            if stats["export_skipped_own"] != stats["imported"]:
+                fail(f"{host}: every import should be seen once on export and skipped: {stats}")
+            if stats["import_gaps"] or stats["export_dropped"] or stats["import_invalid_name"]:
+                fail(f"{host}: nothing should be lost: {stats}")
+        print(f"ok 1 - {n} posts on each of 3 hosts reached every host exactly once; no loops "
+              f"({3 * len(expected)} deliveries counted)", flush=True)
+
+        # 2. Kill h2's NATS server mid-stream, restart it: the bridge reconnects; nothing is lost silently.
+        source, victim = clients["h1"], "h2"
+        stream = args.stream
+        before = {h: cluster.statistics(h) for h in topology.hosts}
+        started = time.monotonic()
+        for i in range(stream):
+            if i == stream // 2:
+                cluster.nats[victim].kill()
+            source.post(f"st.n{i}", b"x" * 64)
+            if i % 200 == 0:
+                for client in clients.values():
+                    client.pump(0)
+                time.sleep(0.002)
+        cluster.nats[victim].wait(timeout=10)
+        cluster.start_nats(victim)
+        wait_for_log(cluster.log(victim, "bridge"), "NATS: connected to", count=2)
+        # Markers from h1 after the stream, until they arrive everywhere: losses before them show as gaps.
+        deadline = time.monotonic() + TIMEOUT
+        marker = 0
+        while not all(any(n.startswith("stmark.") for n in c.received) for c in clients.values()):
+            if time.monotonic() > deadline:
+                fail("markers after the NATS restart never arrived everywhere")
+            source.post(f"stmark.{marker}")
+            marker += 1
+            for client in clients.values():
+                client.pump(0.05)
+        elapsed = time.monotonic() - started
+        after = {h: cluster.statistics(h) for h in topology.hosts}
+        sent = stream
+        for host in ["h2", "h3"]:
+            got = sum(1 for name in clients[host].received if name.startswith("st.n"))
+            dup = [name for name, p in clients[host].received.items() if name.startswith("st.") and len(p) > 1]
+            gaps = after[host]["import_gaps"] - before[host]["import_gaps"]
+            if dup:
+                fail(f"{host}: duplicates after the restart: {dup[:5]}")
+            if got + gaps < sent:
+                fail(f"{host}: {sent - got} of {sent} lost but only {gaps} counted: {after[host]}")
+            print(f"ok - {host}: {got} of {sent} delivered, {gaps} counted as lost "
+                  f"(NATS on {victim} killed and restarted mid-stream; {elapsed:.1f} s)", flush=True)
+        if after[victim]["nats_reconnects"] <= before[victim]["nats_reconnects"]:
+            fail(f"{victim}'s bridge should have reconnected: {after[victim]}")
+        print("ok 2 - a NATS server killed mid-stream: the bridge reconnected and every loss was counted", flush=True)
+    finally:
+        topology.close()
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", ".build", "debug"))
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--bench", action="store_true")
+    parser.add_argument("--posts", type=int, default=300, help="posts per host in the exactly-once check")
+    parser.add_argument("--stream", type=int, default=5000, help="posts in the NATS-restart check")
+    args = parser.parse_args()
+    args.bin = os.path.abspath(args.bin)
+    if os.geteuid() != 0:
+        fail("needs root (ip netns)")
+    if args.check:
+        return check(args)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
