@@ -14,7 +14,7 @@ HADOLINT ?= hadolint
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps test-deps build run test test-systemd docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build soak
+.PHONY: all deps test-deps build run test test-systemd test-bridge docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build soak
 
 all: build
 
@@ -54,6 +54,7 @@ test: deps test-deps lint
 	$(SWIFT) build --package-path Benchmarks --scratch-path $(BENCH_SMOKE_SCRATCH)
 	$(SWIFT) test
 	$(MAKE) test-systemd SYSTEMD_TEST_BUILD=no
+	$(MAKE) test-bridge
 	$(MAKE) docs
 	$(MAKE) sanitize
 	$(MAKE) sanitize-address
@@ -61,11 +62,18 @@ test: deps test-deps lint
 	python3 Benchmarks/soak.py .build/debug/notifyd --clients 200 --operations 50000 --rounds 2 --stoppable 4 --rss-limit -1
 	$(MAKE) fuzz-smoke
 
-## test-deps: programs the tests drive besides the project's own (tmux, for notifyctl top in a real terminal);
-## installed with apt-get when run as root, otherwise named.
-TEST_PACKAGES := tmux
+## test-deps: programs the tests drive besides the project's own (tmux, for notifyctl top in a real terminal;
+## nats-server and iproute2's ip, for the NATS client and the bridge; the nats-py client from PyPI, as the reference
+## NATS client); installed with apt-get and pip when run as root, otherwise named.
+TEST_PACKAGES := tmux nats-server iproute2
 test-deps:
-	@missing=""; for tool in $(TEST_PACKAGES); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	@python3 -c "import nats" 2>/dev/null || { \
+	  if [ "$$(id -u)" = "0" ]; then echo "installing: nats-py (pip)"; \
+	    python3 -m pip install --quiet --disable-pip-version-check nats-py >/dev/null; \
+	  else echo "missing the nats-py client (install it: pip install nats-py)" >&2; exit 1; fi; }
+	@missing=""; for tool in $(TEST_PACKAGES); do \
+	  case $$tool in iproute2) probe=ip;; *) probe=$$tool;; esac; \
+	  command -v $$probe >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing:$$missing"; \
@@ -87,6 +95,14 @@ test-systemd: deps
 	if [ "$(SYSTEMD_TEST_BUILD)" = yes ]; then $(SWIFT) build -c $(CONFIG) --product notifyd; \
 	  $(SWIFT) build -c $(CONFIG) --product notifyctl; $(SWIFT) build -c $(CONFIG) --product notify-test-peer; fi; \
 	NOTIFYD_SYSTEMD_CACHE=$(SYSTEMD_TEST_CACHE) Tests/Systemd/boot.sh "$(BIN_DIR)"
+
+## test-bridge: three hosts in network namespaces (ip netns, veth, a Linux bridge), each with its own nats-server
+## (clustered), notifyd and notifyd-bridge exporting and importing `>`: every post reaches every host exactly once,
+## and a NATS server killed mid-stream loses nothing silently (Benchmarks/bridge_hosts.py --check). Needs root;
+## otherwise it says so and skips. Uses the debug build `make test` made.
+test-bridge: test-deps
+	@if [ "$$(id -u)" != 0 ]; then echo "test-bridge: skipped: network namespaces need root"; exit 0; fi; \
+	python3 Benchmarks/bridge_hosts.py --check --bin "$(BIN_DIR)"
 
 ## docs: the DocC documentation of the Notify library (Sources/Notify/Notify.docc), warnings as errors, so a
 ## broken link or an undocumented parameter fails `make test`. Output: .build-docs/Notify.doccarchive.

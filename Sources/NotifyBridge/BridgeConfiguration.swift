@@ -48,7 +48,9 @@ package struct BridgeConfiguration: Sendable, Equatable {
     ///
     /// - Throws: ``BridgeConfigurationError/syntax(line:_:)`` naming the line.
     package mutating func apply(file text: String) throws(BridgeConfigurationError) {
-        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // "\r\n" is one Character in Swift: split on both line ends so CRLF files number their lines right.
+        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+        for (index, rawLine) in lines.enumerated() {
             let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
             let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
             guard let directive = words.first else { continue }

@@ -35,6 +35,8 @@ package struct SubjectMapping: Sendable, Equatable {
         } catch {
             return .failure(.invalidName(error.description))
         }
+        // Grammatical, but process-local: no daemon takes them.
+        if name.hasPrefix("self.") { return .failure(.invalidName("self. names never leave their process")) }
         return .success(name)
     }
 }
