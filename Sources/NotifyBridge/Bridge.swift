@@ -89,10 +89,13 @@ package final class Bridge: Sendable {
         let origin = Origin(
             host: hostID, uid: notification.sender.uid, gid: notification.sender.gid, pid: notification.sender.pid,
             sequence: notification.sequence, retained: notification.isRetained,
-            bridgeSequence: counters.exportSequence.wrappingIncrementThenLoad(ordering: .relaxed))
+            bridgeSequence: counters.exportSequence.load(ordering: .relaxed) + 1)
         let payload = notification.withPayloadBytes { ByteBuffer(bytes: $0) }
         do {
+            // Numbered only once NATS took it, so an importer's gap means a loss between the two bridges. Exports
+            // all run on the center's one I/O thread (`.immediate`), so load-then-store cannot race.
             if try nats.publish(mapping.subject(forName: notification.name), payload: payload, headers: origin.headers) {
+                counters.exportSequence.store(origin.bridgeSequence, ordering: .relaxed)
                 BridgeCounters.bump(counters.exported)
             }
         } catch NATSClientError.payloadTooLarge {

@@ -14,7 +14,7 @@ package struct BridgeStatistics: Sendable, Equatable, Codable {
     package var exportLostInFlight: UInt64 = 0
     /// Notifications the daemon dropped before the bridge could take them (its `queue` limit).
     package var exportDroppedByDaemon: UInt64 = 0
-    /// NATS messages posted locally.
+    /// NATS messages handed to the local daemon (``importRefused`` of them it refused afterwards).
     package var imported: UInt64 = 0
     /// NATS messages this bridge had published itself, not posted again.
     package var importSkippedOwn: UInt64 = 0
@@ -27,7 +27,7 @@ package struct BridgeStatistics: Sendable, Equatable, Codable {
     /// Imports lost because the local daemon was unreachable.
     package var importLost: UInt64 = 0
     /// Messages missing between two that arrived from the same bridge (gaps in `Notifyd-Bridge-Seq`): lost in
-    /// NATS or dropped by the exporting bridge. Exact when this bridge imports everything the other exports.
+    /// NATS (the exporting bridge counts its own drops). Exact when this bridge imports everything the other exports.
     package var importGaps: UInt64 = 0
     /// Whether the NATS connection is up.
     package var natsConnected = false

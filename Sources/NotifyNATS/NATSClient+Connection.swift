@@ -17,7 +17,6 @@ extension NATSClient {
         guard let target else { return }
         ClientBootstrap(group: eventLoop)
             .connectTimeout(configuration.connectTimeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers(

@@ -6,6 +6,7 @@ enum Tool: String, Sendable, CaseIterable {
     case notifyd
     case notifyctl
     case testPeer = "notify-test-peer"
+    case bridge = "notifyd-bridge"
 }
 
 /// Locates SwiftPM's products directory (`.build/debug` or a `--scratch-path` equivalent).

@@ -1,0 +1,139 @@
+import Foundation
+import NIOCore
+import Notify
+import NotifyNATS
+import NotifyTestSupport
+import Testing
+
+/// `notifyd-bridge` as a real process between a real notifyd and a real nats-server.
+@Suite("notifyd-bridge", .serialized)
+struct BridgeTests {
+    static let nobody: (uid: UInt32, gid: UInt32) = (65_534, 65_534)
+
+    /// The bridge's counters: SIGUSR1 prints them as a JSON line on its standard output.
+    private func statistics(of bridge: ChildProcess) async throws -> [String: Int] {
+        let before = bridge.stdoutLines.count
+        bridge.send(SIGUSR1)
+        let lines = try await bridge.waitForStdoutLines(before + 1)
+        let object = try JSONSerialization.jsonObject(with: Data(lines[before].utf8)) as? [String: Any] ?? [:]
+        return object.compactMapValues { ($0 as? NSNumber)?.intValue }
+    }
+
+    private func waitForCounter(
+        _ key: String, atLeast value: Int, of bridge: ChildProcess
+    ) async throws -> [String: Int] {
+        try await poll("the bridge's \(key) to reach \(value)", timeout: 20) {
+            let now = try await statistics(of: bridge)
+            return (now[key] ?? 0) >= value ? now : nil
+        }
+    }
+
+    @Test("imports and exports with origin headers; refusals and limits both ways are counted; NATS down leaves local delivery alone")
+    func carriesAndCounts() async throws {
+        try await withIntegrationScope { scope in
+            // Payload limits crossed on purpose: NATS takes 1,050 bytes (headers included), notifyd 1,000.
+            let natsConfig = scope.directory + "/nats.conf"
+            try "max_payload: 1050\n".write(toFile: natsConfig, atomically: true, encoding: .utf8)
+            let server = try await NATSServerProcess.start(in: scope, arguments: ["-c", natsConfig])
+            let notifydConfig = scope.directory + "/notifyd.conf"
+            try "reserve org.reserved.> owner=root post=owner observe=all\n"
+                .write(toFile: notifydConfig, atomically: true, encoding: .utf8)
+            _ = try await scope.startOpenDaemon(
+                ["--socket-mode", "666", "--config", notifydConfig, "--max-payload", "1000"])
+            // An unprivileged bridge, as its unit runs it: the daemon's access rules apply to what it imports.
+            let bridge = try scope.launchAs(
+                uid: Self.nobody.uid, gid: Self.nobody.gid, .bridge,
+                ["--socket", scope.socketPath, "--nats", server.url, "--export", "org.example.>", "--import", ">",
+                 "--host-id", "test-host", "--max-pending-bytes", "5000", "--log-level", "debug"])
+            defer { bridge.send(SIGKILL) }
+            try await bridge.waitForLine(containing: "bridge ready")
+
+            let center = try await NotifyCenter.connect(configuration: .init(socketPath: scope.socketPath))
+            let local = Locked<[ReceivedNotification]>([])
+            let observation = try center.observe(">", on: .immediate) { note in local.withLock { $0.append(note) } }
+            try await center.synchronize()
+            let nats = try await NATSClient.connected(to: [server.url])
+            let remote = ReceivedMessages()
+            _ = try nats.subscribe("notifyd.>", handler: remote.handler)
+            try await nats.flush()
+
+            // In: one good message, then one of each refusal, then a marker.
+            try nats.publish("notifyd.org.example.in", payload: ByteBuffer(string: "remote"))
+            try nats.publish("notifyd.org.reserved.x", payload: ByteBuffer(string: "forbidden"))
+            try nats.publish("notifyd.org/example", payload: ByteBuffer(string: "not a name"))
+            try nats.publish("notifyd.org.example.big", payload: ByteBuffer(repeating: 1, count: 1_040))
+            try nats.publish("notifyd.org.example.marker", payload: ByteBuffer())
+            _ = try await poll("the imports to arrive locally", timeout: 20) {
+                local.withLock { $0.contains { $0.name == "org.example.marker" } } ? true : nil
+            }
+            #expect(local.withLock { $0.map(\.name) } == ["org.example.in", "org.example.marker"])
+            #expect(local.withLock { $0.first?.payloadString } == "remote")
+            #expect(local.withLock { $0.first?.sender.uid } == Self.nobody.uid, "posted by the bridge")
+            var counters = try await waitForCounter("import_refused", atLeast: 1, of: bridge)
+            #expect(counters["imported"] == 3, "handed to the daemon, which refused one")
+            #expect(counters["import_refused"] == 1)
+            #expect(counters["import_invalid_name"] == 1)
+            #expect(counters["import_too_large"] == 1)
+
+            // Out: origin in the headers; too large for NATS once the headers are added; not re-exported imports.
+            try center.post("org.example.out", text: "local")
+            try center.post("org.example.toolarge", payload: [UInt8](repeating: 2, count: 1_000))
+            try center.post("org.example.out2", text: "after")
+            let fromBridge = { remote.all.filter { $0.headers?["Notifyd-Origin-Host"] != nil } }
+            _ = try await poll("two exports", timeout: 20) { fromBridge().count >= 2 ? true : nil }
+            let messages = fromBridge()
+            #expect(messages.map(\.subject) == ["notifyd.org.example.out", "notifyd.org.example.out2"])
+            let headers = messages[0].headers
+            #expect(headers?["Notifyd-Origin-Host"] == "test-host")
+            #expect(headers?["Notifyd-Origin-UID"] == String(getuid()))
+            #expect(headers?["Notifyd-Origin-PID"] == String(getpid()))
+            #expect(messages.map { $0.headers?["Notifyd-Bridge-Seq"] } == ["1", "2"], "numbered once NATS took them")
+            counters = try await statistics(of: bridge)
+            #expect(counters["exported"] == 2)
+            #expect(counters["export_too_large"] == 1)
+            #expect(counters["export_skipped_own"] == 2, "the two imports were seen on export and not sent back")
+
+            // NATS gone: local posts still reach local observers at once; exports wait, then are dropped and counted.
+            try await server.kill()
+            _ = try await poll("the bridge to see NATS gone", timeout: 20) {
+                try await statistics(of: bridge)["nats_connected"] == 0 ? true : nil
+            }
+            let before = local.withLock { $0.count }
+            for index in 0..<200 { try center.post("org.example.during", text: "\(index)") }
+            _ = try await poll("200 local deliveries with NATS down", timeout: 20) {
+                local.withLock { $0.count } >= before + 200 ? true : nil
+            }
+            counters = try await waitForCounter("export_dropped", atLeast: 1, of: bridge)
+            #expect(counters["exported"]! + counters["export_dropped"]! == 202, "\(counters)")
+            observation.cancel()
+            await nats.close()
+            await center.close()
+        }
+    }
+
+    @Test("bad command lines and configuration files fail with a message naming the problem")
+    func badInvocations() async throws {
+        try await withIntegrationScope { scope in
+            let cases: [([String], String)] = [
+                (["--export", ">"], "missing at least one --nats URL"),
+                (["--nats", "nats://127.0.0.1:1"], "missing at least one --export or --import pattern"),
+                (["--nats", "tls://h", "--export", ">"], "invalid NATS URL 'tls://h'"),
+                (["--nats", "h", "--export", "a..b"], "invalid pattern 'a..b'"),
+                (["--nats", "h", "--import", "self.>"], "self. names never leave their process"),
+                (["--nats", "h", "--export", ">", "--subject-prefix", "a.*"], "invalid subject prefix 'a.*'"),
+                (["--nats", "h", "--export", ">", "--kv-bucket", "kv"], "not supported: kv-bucket kv"),
+                (["--config", scope.directory + "/missing.conf"], "cannot read \(scope.directory)/missing.conf"),
+            ]
+            for (arguments, message) in cases {
+                let run = try await scope.run(.bridge, arguments)
+                #expect(run.termination != .exited(0), "\(arguments) should fail")
+                #expect(run.stderrText.contains(message), "\(arguments): \(run.diagnostics)")
+            }
+            let file = scope.directory + "/bridge.conf"
+            try "nats nats://127.0.0.1:1\nexport >\nfrobnicate yes\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let run = try await scope.run(.bridge, ["--config", file])
+            #expect(run.termination != .exited(0))
+            #expect(run.stderrText.contains("configuration line 3: unknown directive 'frobnicate'"), "\(run.diagnostics)")
+        }
+    }
+}
