@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -29,7 +30,7 @@ TIMEOUT = 60.0
 
 
 def fail(message):
-    print(f"FAIL: {message}", flush=True)
+    print(f"FAIL: {message} (logs in /tmp/bridge-hosts-*)", flush=True)
     raise SystemExit(1)
 
 
@@ -87,6 +88,9 @@ class Topology:
             subprocess.run(["ip", "netns", "del", self.namespace(host)], stderr=subprocess.DEVNULL)
         subprocess.run(["ip", "link", "del", self.bridge], stderr=subprocess.DEVNULL)
 
+    def remove_directory(self):
+        shutil.rmtree(self.directory, ignore_errors=True)
+
 
 def wait_for_log(path, text, count=1, timeout=TIMEOUT):
     deadline = time.monotonic() + timeout
@@ -112,8 +116,8 @@ class Cluster:
         self.bridge_args = list(bridge_args)
         for host in topology.hosts:
             self.start_nats(host)
-        for host in topology.hosts:
-            wait_for_log(self.log(host, "nats"), "Route connection created", count=len(topology.hosts) - 1)
+        for host in topology.hosts[1:]:
+            wait_for_log(self.log(host, "nats"), "Route connection created")
         for host in topology.hosts:
             topology.start(host, [f"{bin_dir}/notifyd", "--socket", topology.socket_path(host)], f"{host}-notifyd.log")
         for host in topology.hosts:
@@ -127,10 +131,12 @@ class Cluster:
 
     def start_nats(self, host):
         ip = self.t.ip(host)
-        routes = ",".join(f"nats://{self.t.ip(other)}:6222" for other in self.t.hosts if other != host)
+        # h1 is the seed every other server routes to; the cluster's gossip connects the rest. (Listing every
+        # server in every server's routes makes pairs dial each other at once and drop both routes as duplicates.)
+        seed = self.t.hosts[0]
+        routes = [] if host == seed else ["--routes", f"nats://{self.t.ip(seed)}:6222"]
         self.nats[host] = self.t.start(host, ["nats-server", "-a", ip, "-p", "4222", "--cluster_name", self.t.tag,
-                                              "--cluster", f"nats://{ip}:6222", "--routes", routes],
-                                       f"{host}-nats.log")
+                                              "--cluster", f"nats://{ip}:6222"] + routes, f"{host}-nats.log")
 
     def start_bridge(self, host):
         # The host's own server first, then the others: a bridge fails over when its server dies.
@@ -350,6 +356,7 @@ def check(args):
         if after[victim]["nats_reconnects"] <= before[victim]["nats_reconnects"]:
             fail(f"{victim}'s bridge should have reconnected: {after[victim]}")
         print("ok 2 - a NATS server killed mid-stream: the bridge reconnected and every loss was counted", flush=True)
+        topology.remove_directory()  # kept, with every process's log, when a check fails
     finally:
         topology.close()
     return 0
