@@ -759,6 +759,7 @@ class Center:
                     self._handle(message)
             except ProtocolError as error:
                 logger.warning("notifyd: protocol error from the daemon: %s", error)
+                self._closing_error = error
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
