@@ -35,6 +35,7 @@ from .errors import (
     ProtocolError, QuotaExceeded, RequestRejected, SlowConsumer, TooManySubscriptions, UnknownSubscription,
     UnsupportedFlags, UntrustedDaemon,
 )
+from . import typed
 from .names import is_valid_name, is_valid_pattern, matches, validate_name, validate_pattern
 
 __version__ = "0.1.0"
@@ -46,7 +47,7 @@ __all__ = [
     "NotifydError", "NotifydTimeout", "Observation", "Payload", "PayloadTooLarge", "PermissionDenied", "Policy",
     "PolicyKind", "PostReceipt", "ProtocolError", "QuotaExceeded", "READER_THREAD", "RequestRejected", "Sender",
     "SlowConsumer", "TooManySubscriptions", "UnknownSubscription", "UnsupportedFlags", "UntrustedDaemon",
-    "default_center", "default_socket_path", "get_state", "is_valid_name", "is_valid_pattern", "matches",
+    "default_center", "default_socket_path", "get_state", "typed", "is_valid_name", "is_valid_pattern", "matches",
     "observe", "post", "set_state", "validate_name", "validate_pattern",
 ]
 

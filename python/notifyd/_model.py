@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Any, Optional
+from typing import Any, Optional, Type, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,14 @@ class Notification:
     def json(self) -> Any:
         """The payload parsed as one JSON text (PROTOCOL § 12 typed payloads); ``ValueError`` if it is not JSON."""
         return json.loads(self.payload.decode("utf-8"))
+
+    def decode(self, cls: Type[T]) -> T:
+        """The payload as the dataclass ``cls`` (§ 12 typed payload, :func:`notifyd.typed.decode`).
+
+        Raises :class:`notifyd.typed.TypedPayloadError` when it does not decode.
+        """
+        from .typed import decode
+        return decode(cls, self.payload)
 
 
 @dataclasses.dataclass(frozen=True)
