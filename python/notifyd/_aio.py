@@ -17,6 +17,7 @@ from ._center import READER_THREAD, Center, Observation, Payload
 from ._model import ConnectionEvent, DaemonInfo, Notification, Policy, PostReceipt
 from ._paths import DaemonUser
 from .errors import NotifydTimeout
+from .names import validate_pattern
 
 T = TypeVar("T")
 
@@ -217,13 +218,22 @@ class AsyncCenter:
         """See :meth:`Center.resume`."""
         await asyncio.get_running_loop().run_in_executor(None, self.center.resume)
 
-    async def status(self) -> Dict[str, Any]:
+    async def status(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """The daemon's figures (see :meth:`Center.status`)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.center.status)
+        result: Dict[str, Any] = await self._await(self.center._query_future(1, ""), timeout, "status")
+        return result
 
-    async def names(self, pattern: str = "") -> List[Dict[str, Any]]:
-        """Names known to the daemon (see :meth:`Center.names`)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.center.names, pattern)
+    async def names(self, pattern: str = "", timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        """Names known to the daemon, optionally matching ``pattern`` (see :meth:`Center.names`)."""
+        if pattern:
+            validate_pattern(pattern)
+        result: List[Dict[str, Any]] = await self._await(self.center._query_future(2, pattern), timeout, "names")
+        return result
+
+    async def clients(self, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        """The daemon's connections this user may see (see :meth:`Center.clients`)."""
+        result: List[Dict[str, Any]] = await self._await(self.center._query_future(3, ""), timeout, "clients")
+        return result
 
     def notifications(self, pattern: str, *, policy: Policy = Policy(), current_value: bool = False,
                       buffer_limit: int = 1024) -> NotificationStream:

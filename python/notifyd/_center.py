@@ -713,7 +713,8 @@ class Center:
                     return
                 except NotifydError as error:
                     sock = None
-                    logger.debug("notifyd: connection attempt failed: %s", error)
+                    (logger.warning if isinstance(error, UntrustedDaemon) else logger.debug)(
+                        "notifyd: connection attempt failed: %s", error)
                     with self._lock:
                         self._handshake_error = error
                         self._state_changed.notify_all()
@@ -899,9 +900,11 @@ class Center:
             return
         with self._lock:
             entry = self._pending.pop(message.request_id, None)
-            if entry is not None and entry.observation is not None and not entry.observation.active:
+            if entry is not None and entry.observation is not None:
+                # A refused subscription (first time or after reconnecting) ends its observation.
                 observation = entry.observation
-                self._observations.pop(observation.subscription_id, None)
+                if self._observations.get(observation.subscription_id) is observation:
+                    del self._observations[observation.subscription_id]
                 self._routing = tuple(o for o in self._routing if o is not observation)
         if entry is not None and entry.future is not None:
             entry.future.set_exception(error)

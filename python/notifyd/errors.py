@@ -182,4 +182,5 @@ def error_for_code(code: int, message: str, closing: bool = False) -> RequestRej
     cls = _BY_CODE.get(code)
     if cls is None or (closing and not issubclass(cls, ConnectionClosedByDaemon)):
         cls = ConnectionClosedByDaemon if closing else RequestRejected
-    return cls(f"notifyd rejected the request ({label}): {message}", known if known is not None else code)
+    verb = "closed the connection" if closing else "rejected the request"
+    return cls(f"notifyd {verb} ({label}): {message}", known if known is not None else code)
