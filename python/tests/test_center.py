@@ -370,6 +370,7 @@ def test_permission_denied_for_another_users_names(shared_dir) -> None:  # type:
                            env=dict(os.environ, PYTHONPATH=PYTHON_DIR), cwd="/")
     if probe.returncode != 0:
         pytest.skip(f"this interpreter cannot run as uid 65534: {probe.stderr.strip()[-200:]}")
+    (shared_dir / "notifyd.conf").write_text("quota state-names-per-uid 1\n")
     daemon = Daemon(shared_dir, extra=["--socket-mode", "666"]).start()
     script = (
         "import sys, notifyd\n"
@@ -378,13 +379,25 @@ def test_permission_denied_for_another_users_names(shared_dir) -> None:  # type:
         "    c.post('user.1000.inbox', 'x')\n"
         "except notifyd.PermissionDenied as e:\n"
         "    print('denied', e.code.wire_name)\n"
+        "try:\n"
+        "    c.observe('user.1000.>', print)\n"
+        "except notifyd.PermissionDenied as e:\n"
+        "    print('observe-denied')\n"
         "print(c.post('user.65534.inbox', 'mine').delivered_count)\n"
+        "c.set_state('q.one', 1)\n"
+        "try:\n"
+        "    c.set_state('q.two', 2)\n"
+        "except notifyd.QuotaExceeded as e:\n"
+        "    print('quota', e.code.wire_name)\n"
+        "c.set_state('q.one', 3)\n"
+        "print(c.get_state('q.one'), c.get_state('q.two', None))\n"
     )
     try:
         child = subprocess.run([*as_nobody, "-c", script, daemon.socket], capture_output=True, text=True, timeout=TIMEOUT,
                                env=dict(os.environ, PYTHONPATH=PYTHON_DIR), cwd="/")
         assert child.returncode == 0, child.stderr
-        assert child.stdout.split() == ["denied", "permission-denied", "0"]
+        assert child.stdout.split() == ["denied", "permission-denied", "observe-denied", "0", "quota", "quota-exceeded",
+                                        "3", "None"]
     finally:
         daemon.stop()
 
@@ -397,6 +410,12 @@ def test_queries(daemon: Daemon) -> None:
         assert names["q.a"]["subscribers"] == 1 and names["q.b"]["state"] == 3
         assert any(c["client_name"] == "query-test" for c in center.clients())
         assert center.status()["connections"] >= 1
+        # An answer longer than one frame comes in parts (QUERY_RESULT_PART), joined in order.
+        long_names = [f"q.long.{i:04d}." + "x" * 200 for i in range(800)]
+        for name in long_names:
+            center.set_state(name, 1)
+        listed = [entry["name"] for entry in center.names("q.long.>")]
+        assert listed == long_names
 
 
 def test_module_level_api(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
