@@ -403,30 +403,37 @@ class Center:
 
         Suspensions nest; the depth is replayed after a reconnection. Replies still arrive while suspended.
         """
-        with self._lock:
-            self._suspend_depth += 1
-            connected = self._sock is not None
-        if connected:
-            try:
-                self._wait(self._request(lambda rid: wire.Suspend(rid), "suspend"), timeout, "suspend")
-            except (NotConnected, ConnectionLost):
-                pass  # replayed on reconnect
+        self._change_suspension(+1, timeout)
 
     def resume(self, timeout: Optional[float] = None) -> None:
         """Undoes one :meth:`suspend`; at depth 0 the daemon releases what it held, in order, after the reply.
 
         Raises :class:`InvalidRequest` without an outstanding :meth:`suspend`.
         """
+        self._change_suspension(-1, timeout)
+
+    def _change_suspension(self, step: int, timeout: Optional[float]) -> None:
+        # The depth and the decision to send change together under the lock, so that a reconnection (which
+        # replays the depth under the same lock) never counts a SUSPEND twice or misses one.
+        future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         with self._lock:
-            if self._suspend_depth == 0:
+            if self._closed:
+                raise CenterClosed("the notification center was closed")
+            if step < 0 and self._suspend_depth == 0:
                 raise InvalidRequest("resume() without a matching suspend()", ErrorCode.INVALID_REQUEST)
-            self._suspend_depth -= 1
-            connected = self._sock is not None
-        if connected:
-            try:
-                self._wait(self._request(lambda rid: wire.Resume(rid), "resume"), timeout, "resume")
-            except (NotConnected, ConnectionLost):
-                pass
+            self._suspend_depth += step
+            sock = self._sock
+            if sock is None:
+                return  # replayed on reconnect
+            request_id = self._take_request_id()
+            what = "suspend" if step > 0 else "resume"
+            self._pending[request_id] = _Pending("reply", future, what=what)
+            data = (wire.Suspend(request_id) if step > 0 else wire.Resume(request_id)).encode()
+        self._send(sock, data, request_id)
+        try:
+            self._wait(future, timeout, what)
+        except (ConnectionLost, ConnectionClosedByDaemon):
+            pass  # the new connection replays the depth
 
     def suspended(self) -> "_Suspension":
         """A context manager: :meth:`suspend` on entry, :meth:`resume` on exit."""
@@ -959,5 +966,3 @@ class _Suspension:
     def __exit__(self, *exc: object) -> None:
         self._center.resume()
 
-
-_ = (ConnectionClosedByDaemon,)  # re-exported by the package

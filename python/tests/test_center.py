@@ -430,3 +430,29 @@ def test_module_level_api(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> No
         assert notifyd.default_center().socket_path == daemon.socket
     finally:
         notifyd.default_center().close()
+
+
+def test_many_threads_post_and_observe_concurrently(daemon: Daemon) -> None:
+    with daemon.center() as center, daemon.center() as observer_center:
+        got = Collector()
+        observer_center.observe("mt.>", got, policy=notifyd.Policy.queue(100_000))
+        threads, per_thread = 4, 250
+
+        def poster(index: int) -> None:
+            for i in range(per_thread):
+                if i % 2:
+                    center.post(f"mt.t{index}", str(i))
+                else:
+                    center.post_nowait(f"mt.t{index}", str(i))
+
+        workers = [threading.Thread(target=poster, args=(t,)) for t in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(TIMEOUT)
+        items = got.wait_for(threads * per_thread)
+        assert len(items) == threads * per_thread
+        sequences = [n.sequence for n in items]
+        assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+        for t in range(threads):  # each poster's notifications arrive in its posting order
+            assert [n.text for n in items if n.name == f"mt.t{t}"] == [str(i) for i in range(per_thread)]

@@ -203,6 +203,11 @@ def test_async_round_trip_and_state(daemon: Daemon) -> None:
             assert await center.get_state("a.s") == 5
             assert await center.get_state("a.none", None) is None
             await center.synchronize()
+            assert (await center.status())["posts"] == 3
+            assert [e["name"] for e in await center.names("a.>")] == ["a.s"]
+            assert len(await center.clients()) >= 1
+            await center.suspend()
+            await center.resume()
     asyncio.run(asyncio.wait_for(main(), TIMEOUT * 2))
 
 
