@@ -1,0 +1,191 @@
+"""Fixtures: a private notifyd per test, notifyctl, and helpers that wait on events with loud timeouts.
+
+The daemon binary is ``$NOTIFYD`` (default ``<repo>/.build/debug/notifyd``), notifyctl ``$NOTIFYCTL`` (default
+beside the daemon). Each test gets its own daemon on a socket in a fresh directory and stops it afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Iterator, List, Optional
+
+import pytest
+
+import notifyd
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TIMEOUT = 10.0  # every wait in the tests fails loudly after this many seconds
+
+
+def daemon_binary() -> str:
+    return os.environ.get("NOTIFYD") or str(REPO / ".build" / "debug" / "notifyd")
+
+
+def notifyctl_binary() -> str:
+    return os.environ.get("NOTIFYCTL") or str(pathlib.Path(daemon_binary()).with_name("notifyctl"))
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
+    """Polls ``predicate`` until it holds; fails the test naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+class Collector:
+    """A callback that records notifications and lets a test wait for a count of them."""
+
+    def __init__(self) -> None:
+        self.items: List[notifyd.Notification] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, notification: notifyd.Notification) -> None:
+        with self._cond:
+            self.items.append(notification)
+            self._cond.notify_all()
+
+    def wait_for(self, count: int, timeout: float = TIMEOUT) -> List[notifyd.Notification]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.items) >= count, timeout):
+                pytest.fail(f"timed out after {timeout} s: {len(self.items)} of {count} notifications arrived "
+                            f"({[n.name for n in self.items]})")
+            return list(self.items)
+
+    def wait_for_name(self, name: str, timeout: float = TIMEOUT) -> List[notifyd.Notification]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: any(n.name == name for n in self.items), timeout):
+                pytest.fail(f"timed out after {timeout} s waiting for {name!r} ({[n.name for n in self.items]})")
+            return list(self.items)
+
+    @property
+    def names(self) -> List[str]:
+        return [n.name for n in self.items]
+
+
+class Events:
+    """A connection-event listener that lets a test wait for an event kind."""
+
+    def __init__(self) -> None:
+        self.items: List[notifyd.ConnectionEvent] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, event: notifyd.ConnectionEvent) -> None:
+        with self._cond:
+            self.items.append(event)
+            self._cond.notify_all()
+
+    def wait_for(self, kind: notifyd.EventKind, after: int = 0, timeout: float = TIMEOUT) -> notifyd.ConnectionEvent:
+        """The first event of ``kind`` at index ``after`` or later."""
+        def find() -> Optional[notifyd.ConnectionEvent]:
+            return next((e for e in self.items[after:] if e.kind == kind), None)
+        with self._cond:
+            if not self._cond.wait_for(lambda: find() is not None, timeout):
+                pytest.fail(f"timed out after {timeout} s waiting for a {kind.value} event ({self.items})")
+            found = find()
+            assert found is not None
+            return found
+
+
+class Daemon:
+    """One notifyd process on a private socket."""
+
+    def __init__(self, directory: pathlib.Path, as_user: Optional[int] = None, extra: Optional[List[str]] = None):
+        self.directory = directory
+        self.socket = str(directory / "notifyd.sock")
+        self.config = directory / "notifyd.conf"
+        if not self.config.exists():
+            self.config.write_text("")
+        self.as_user = as_user
+        self.extra = extra or []
+        self.process: Optional[subprocess.Popen[bytes]] = None
+        self.log = directory / "notifyd.log"
+
+    def start(self) -> "Daemon":
+        binary = daemon_binary()
+        if not os.access(binary, os.X_OK):
+            pytest.fail(f"no notifyd binary at {binary}: build it (swift build) or set NOTIFYD=/path/to/notifyd")
+        command = [binary, "--socket", self.socket, "--config", str(self.config), "--log", "stderr",
+                   "--log-level", "warning", *self.extra]
+        if self.as_user is not None:
+            command = ["setpriv", f"--reuid={self.as_user}", f"--regid={self.as_user}", "--clear-groups", *command]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self._wait_listening()
+        return self
+
+    def _wait_listening(self) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                pytest.fail(f"notifyd exited with {self.process.returncode}: {self.log.read_text()}")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(self.socket)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"notifyd did not listen on {self.socket} within {TIMEOUT} s: {self.log.read_text()}")
+                time.sleep(0.01)
+            finally:
+                probe.close()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def notifyctl(self, *args: str, check: bool = True, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([notifyctl_binary(), "--socket", self.socket, *args], capture_output=True, text=True,
+                              timeout=timeout, check=check)
+
+    def center(self, **kwargs: Any) -> notifyd.Center:
+        kwargs.setdefault("timeout", TIMEOUT)
+        return notifyd.Center(self.socket, **kwargs)
+
+
+@pytest.fixture
+def daemon(tmp_path: pathlib.Path) -> Iterator[Daemon]:
+    d = Daemon(tmp_path).start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[pathlib.Path]:
+    """A directory other users can traverse (for daemons and clients running as uid 65534)."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="notifyd-py-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def centers() -> Iterator[List[notifyd.Center]]:
+    """Centers a test makes; all closed at the end."""
+    made: List[notifyd.Center] = []
+    yield made
+    for center in made:
+        center.close()

@@ -1,0 +1,255 @@
+"""Connecting: no daemon, a daemon that never answers, an untrusted daemon, reconnecting after the daemon dies or
+stops, and the asyncio API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import socket
+import threading
+
+import pytest
+
+import notifyd
+from conftest import TIMEOUT, Collector, Daemon, Events
+
+
+def test_no_daemon_raises_daemon_not_found(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(notifyd.DaemonNotFound) as caught:
+        notifyd.Center(str(tmp_path / "nothing.sock"), timeout=TIMEOUT)
+    assert "nothing.sock" in str(caught.value)
+    # A stale socket file with nobody listening: refused at once as well.
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(tmp_path / "stale.sock"))
+    stale.close()
+    with pytest.raises(notifyd.DaemonNotFound):
+        notifyd.Center(str(tmp_path / "stale.sock"), timeout=TIMEOUT)
+
+
+def test_no_daemon_in_asyncio(tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        with pytest.raises(notifyd.DaemonNotFound):
+            await notifyd.AsyncCenter.connect(str(tmp_path / "nothing.sock"), timeout=TIMEOUT)
+    asyncio.run(main())
+
+
+def test_a_listener_that_never_answers_times_out(tmp_path: pathlib.Path) -> None:
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(str(tmp_path / "mute.sock"))
+    mute.listen(1)
+    try:
+        with pytest.raises(notifyd.NotifydTimeout):
+            notifyd.Center(str(tmp_path / "mute.sock"), timeout=0.5)
+    finally:
+        mute.close()
+
+
+def test_a_listener_speaking_garbage_is_a_protocol_failure(tmp_path: pathlib.Path) -> None:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "bad.sock"))
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        conn.recv(100)
+        conn.sendall(b"\x00\x00\x00\x05\x05\x00\x00\x00\x01")  # PING: a client-to-daemon type
+        conn.recv(100)  # the client closes
+        conn.close()
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        with pytest.raises(notifyd.ProtocolError, match="not a daemon-to-client"):
+            notifyd.Center(str(tmp_path / "bad.sock"), timeout=TIMEOUT, reconnect=False)
+    finally:
+        thread.join(TIMEOUT)
+        server.close()
+
+
+def test_untrusted_daemon_is_refused(shared_dir: pathlib.Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to start a daemon as another user")
+    directory = shared_dir / "other"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)
+    daemon = Daemon(directory, as_user=65534).start()
+    try:
+        with pytest.raises(notifyd.UntrustedDaemon) as caught:
+            notifyd.Center(daemon.socket, timeout=TIMEOUT, daemon_user=notifyd.DaemonUser.same_user_or_root())
+        assert caught.value.uid == 65534 and "NOTIFYD_DAEMON_UID=65534" in str(caught.value)
+        # Trusting that user explicitly (as NOTIFYD_DAEMON_UID=65534 does) connects.
+        with notifyd.Center(daemon.socket, timeout=TIMEOUT, daemon_user=notifyd.DaemonUser.uid(65534)) as center:
+            assert center.post("t.x").sequence == 1
+        os.environ["NOTIFYD_DAEMON_UID"] = "65534"
+        try:
+            with notifyd.Center(daemon.socket, timeout=TIMEOUT) as center:
+                assert center.connected
+        finally:
+            del os.environ["NOTIFYD_DAEMON_UID"]
+    finally:
+        daemon.stop()
+
+
+def test_reconnect_after_kill_9_resubscribes(daemon: Daemon) -> None:
+    with daemon.center() as center:
+        events = Events()
+        center.add_event_listener(events)
+        got, retained = Collector(), Collector()
+        center.observe("rc.x", got, policy=notifyd.Policy.queue(5))
+        center.observe("rc.>", retained, current_value=True)
+        center.suspend()
+        center.resume()
+        first_instance = center.daemon.instance_id if center.daemon else b""
+        daemon.kill()
+        lost = events.wait_for(notifyd.EventKind.DISCONNECTED)
+        assert not lost.graceful
+        with pytest.raises(notifyd.NotConnected):
+            center.post("rc.x")
+        daemon.start()
+        connected = events.wait_for(notifyd.EventKind.CONNECTED)
+        assert connected.daemon_restarted
+        assert center.daemon is not None and center.daemon.instance_id != first_instance
+        center.synchronize()  # the resubscriptions were sent before this, so they are active now
+        with daemon.center() as poster:
+            poster.post("rc.x", "after restart", retain=True)
+        assert got.wait_for(1)[0].text == "after restart"
+        assert retained.wait_for(1)[0].text == "after restart"
+
+
+def test_reconnect_resuspends(daemon: Daemon) -> None:
+    with daemon.center() as center:
+        events = Events()
+        center.add_event_listener(events)
+        got = Collector()
+        center.observe("rs.x", got, executor=notifyd.READER_THREAD)
+        center.suspend()
+        daemon.kill()
+        events.wait_for(notifyd.EventKind.DISCONNECTED)
+        daemon.start()
+        events.wait_for(notifyd.EventKind.CONNECTED)
+        with daemon.center() as poster:
+            poster.post("rs.x", "held")
+        center.synchronize()
+        assert got.items == []  # the suspension was replayed on the new connection
+        center.resume()
+        assert got.wait_for(1)[0].text == "held"
+
+
+def test_graceful_stop_says_goodbye_then_reconnects(daemon: Daemon) -> None:
+    with daemon.center(max_delay=0.2) as center:
+        events = Events()
+        center.add_event_listener(events)
+        got = Collector()
+        center.observe("g.x", got)
+        daemon.stop()
+        lost = events.wait_for(notifyd.EventKind.DISCONNECTED)
+        assert lost.graceful and "shutting down" in lost.reason
+        daemon.start()
+        events.wait_for(notifyd.EventKind.CONNECTED)
+        center.synchronize()
+        with daemon.center() as poster:
+            poster.post("g.x")
+        got.wait_for(1)
+
+
+def test_require_daemon_false_connects_when_it_appears(tmp_path: pathlib.Path) -> None:
+    daemon = Daemon(tmp_path)
+    center = notifyd.Center(daemon.socket, timeout=TIMEOUT, require_daemon=False, max_delay=0.1)
+    try:
+        got = Collector()
+        center.observe("late.x", got)  # registered now, subscribed once connected
+        with pytest.raises(notifyd.NotConnected):
+            center.post("late.x")
+        daemon.start()
+        center.wait_until_connected(TIMEOUT)
+        center.synchronize()
+        center.post("late.x", "here")
+        assert got.wait_for(1)[0].text == "here"
+    finally:
+        center.close()
+        daemon.stop()
+
+
+def test_close_fails_waiters_and_ends_observations(daemon: Daemon) -> None:
+    center = daemon.center()
+    ended = threading.Event()
+    observation = center._start_observation("cl.x", print, notifyd.Policy(), False, None, on_end=ended.set)[0]
+    center.close()
+    assert ended.is_set() and observation.cancelled
+    with pytest.raises(notifyd.CenterClosed):
+        center.post("cl.x")
+    center.close()  # idempotent
+
+
+# ---- asyncio -------------------------------------------------------------------------------------------------
+
+
+def test_async_round_trip_and_state(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with await notifyd.AsyncCenter.connect(daemon.socket, timeout=TIMEOUT) as center:
+            async with center.notifications("a.>") as stream:
+                receipt = await center.post("a.one", "1")
+                await center.post("a.two", b"2")
+                center.post_nowait("a.three", "3")
+                got = []
+                async for n in stream:
+                    got.append(n)
+                    if len(got) == 3:
+                        break
+            assert [n.name for n in got] == ["a.one", "a.two", "a.three"]
+            assert got[0].sequence == receipt.sequence
+            await center.set_state("a.s", 5)
+            assert await center.get_state("a.s") == 5
+            assert await center.get_state("a.none", None) is None
+            await center.synchronize()
+            assert (await center.status())["posts"] == 3
+            assert [e["name"] for e in await center.names("a.>")] == ["a.s"]
+            assert len(await center.clients()) >= 1
+            await center.suspend()
+            await center.resume()
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT * 2))
+
+
+def test_async_iterator_ends_when_center_closes(daemon: Daemon) -> None:
+    async def main() -> None:
+        center = await notifyd.AsyncCenter.connect(daemon.socket, timeout=TIMEOUT)
+        stream = center.notifications("end.x")
+        await stream.ready()
+        await center.post("end.x", "before close")
+        got = []
+
+        async def consume() -> None:
+            async for n in stream:
+                got.append(n.text)
+                if len(got) == 1:
+                    asyncio.get_running_loop().create_task(center.close())
+
+        await asyncio.wait_for(consume(), TIMEOUT)
+        assert got == ["before close"]
+    asyncio.run(main())
+
+
+def test_async_invalid_pattern_and_refusal(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with await notifyd.AsyncCenter.connect(daemon.socket, timeout=TIMEOUT) as center:
+            with pytest.raises(notifyd.InvalidName):
+                center.notifications("a..b")
+            with pytest.raises(notifyd.InvalidName):
+                await center.post("a b")
+    asyncio.run(main())
+
+
+def test_async_buffer_limit_drops_oldest(daemon: Daemon) -> None:
+    async def main() -> None:
+        async with await notifyd.AsyncCenter.connect(daemon.socket, timeout=TIMEOUT) as center:
+            async with center.notifications("b.x", buffer_limit=2, policy=notifyd.Policy.queue(100)) as stream:
+                for i in range(5):
+                    await center.post("b.x", str(i))
+                await center.synchronize()
+                # Everything reached the loop once a task after the reader's hand-offs has run.
+                while stream.dropped_count < 3:
+                    await asyncio.sleep(0.01)
+                texts = [(await stream.__anext__()).text for _ in range(2)]
+                assert texts == ["3", "4"] and stream.dropped_count == 3
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
