@@ -55,6 +55,7 @@ test: deps test-deps lint
 	$(SWIFT) test
 	$(MAKE) test-systemd SYSTEMD_TEST_BUILD=no
 	$(MAKE) test-bridge
+	$(MAKE) -C python check NOTIFYD=$(CURDIR)/.build/debug/notifyd
 	$(MAKE) docs
 	$(MAKE) sanitize
 	$(MAKE) sanitize-address
