@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -362,6 +363,230 @@ def check(args):
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# --bench: latency and throughput
+
+def percentile(sorted_values, fraction):
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+def summary(samples_ns):
+    values = sorted(samples_ns)
+    return {"count": len(values), "p50_us": percentile(values, 0.50) / 1000, "p99_us": percentile(values, 0.99) / 1000,
+            "max_us": values[-1] / 1000 if values else float("nan")}
+
+
+class RawNATS:
+    """The least a NATS client can be (blocking socket, PUB and MSG): the 'NATS alone' side of the comparison."""
+
+    def __init__(self, host, port=4222):
+        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = bytearray()
+        self.readline()  # INFO
+        self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"echo":false}\r\nPING\r\n')
+        while self.readline() != b"PONG":
+            pass
+
+    def readline(self):
+        while b"\r\n" not in self.buffer:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                fail("NATS closed the connection")
+            self.buffer += data
+        line, _, rest = bytes(self.buffer).partition(b"\r\n")
+        self.buffer = bytearray(rest)
+        return line
+
+    def messages(self):
+        """Yields (subject, payload) forever."""
+        while True:
+            line = self.readline()
+            if line.startswith(b"PING"):
+                self.sock.sendall(b"PONG\r\n")
+                continue
+            if not line.startswith(b"MSG"):
+                continue
+            parts = line.split()
+            size = int(parts[-1])
+            while len(self.buffer) < size + 2:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    fail("NATS closed the connection")
+                self.buffer += data
+            payload = bytes(self.buffer[:size])
+            del self.buffer[:size + 2]
+            yield parts[1].decode(), payload
+
+
+def nats_role(args):
+    """Run inside a host's namespace: `recv` subscribes and prints one latency per message; `send` publishes."""
+    client = RawNATS(args.nats_host)
+    if args.nats_role == "recv":
+        client.sock.sendall(b"SUB lat.nats 1\r\nPING\r\n")
+        print("ready", flush=True)
+        out = []
+        for _, payload in client.messages():
+            now = time.monotonic_ns()
+            (sent,) = struct.unpack_from(">Q", payload, 0)
+            if sent == 0:
+                break
+            out.append(now - sent)
+        print(json.dumps(out), flush=True)
+    else:
+        paced_send(lambda payload: client.sock.sendall(b"PUB lat.nats %d\r\n%s\r\n" % (len(payload), payload)),
+                   args.count, args.rate)
+        client.sock.sendall(b"PUB lat.nats 8\r\n" + struct.pack(">Q", 0) + b"\r\n")
+    return 0
+
+
+def paced_send(send, count, rate):
+    """Open loop: message i goes out at start + i/rate whatever happened to the ones before."""
+    start = time.monotonic_ns()
+    interval = 1_000_000_000 // rate
+    for i in range(count):
+        due = start + i * interval
+        while time.monotonic_ns() < due:
+            pass
+        send(struct.pack(">Q", time.monotonic_ns()) + b"p" * 56)
+
+
+def bridge_latency(topology, count, rate):
+    """One-way latency h1 -> h2 through notifyd, the bridges and NATS (the hosts share one monotonic clock)."""
+    receiver = Client(topology.socket_path("h2"), subscribe=False)
+    receiver.sock.sendall(wire.subscribe(receiver.next_id(), 1, b"lat.bridge", policy=1, limit=65536))
+    receiver.expect_type(0x82)
+    sender = Client(topology.socket_path("h1"), subscribe=False)
+    samples = []
+    done = threading.Event()
+
+    def receive():
+        while not done.is_set() or len(samples) < count:
+            before = len(receiver.order)
+            receiver.pump(0.05)
+            for stamp, _, payload in receiver.order[before:]:
+                samples.append(stamp - struct.unpack_from(">Q", payload, 0)[0])
+            if len(samples) >= count:
+                return
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    paced_send(lambda payload: sender.post("lat.bridge", payload), count, rate)
+    done.set()
+    thread.join(timeout=TIMEOUT)
+    return samples
+
+
+def local_round_trip(topology, count):
+    """A post and its delivery back to the poster through one notifyd (the 'one local round trip' of the target)."""
+    client = Client(topology.socket_path("h1"), subscribe=False)
+    client.sock.sendall(wire.subscribe(client.next_id(), 1, b"lat.local", policy=1, limit=65536))
+    client.expect_type(0x82)
+    samples = []
+    for _ in range(count):
+        before = len(client.order)
+        sent = time.monotonic_ns()
+        client.post("lat.local", b"x" * 64)
+        while len(client.order) == before:
+            client.pump(1.0)
+        samples.append(client.order[before][0] - sent)
+    return samples
+
+
+def nats_latency(topology, count, rate, script):
+    receiver = subprocess.Popen(["ip", "netns", "exec", topology.namespace("h2"), sys.executable, script,
+                                 "--nats-role", "recv", "--nats-host", topology.ip("h2")], stdout=subprocess.PIPE,
+                                text=True)
+    if receiver.stdout.readline().strip() != "ready":
+        fail("the NATS receiver did not start")
+    time.sleep(0.5)  # interest propagation over the route; the warm-up below absorbs any rest
+    subprocess.run(["ip", "netns", "exec", topology.namespace("h1"), sys.executable, script, "--nats-role", "send",
+                    "--nats-host", topology.ip("h1"), "--count", str(count), "--rate", str(rate)], check=True)
+    out, _ = receiver.communicate(timeout=TIMEOUT)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def throughput(topology, count):
+    """Posts as fast as h1's daemon takes them; counts deliveries on h2 until all arrived or none came for 5 s."""
+    receiver = Client(topology.socket_path("h2"), subscribe=False)
+    receiver.sock.sendall(wire.subscribe(receiver.next_id(), 1, b"tp.>", policy=1, limit=1_000_000))
+    receiver.expect_type(0x82)
+    frames = b"".join(wire.post(0, f"tp.n{i % 100}".encode(), b"x" * 64) for i in range(count))
+    sender = Client(topology.socket_path("h1"), subscribe=False)
+    received = 0
+    last = [time.monotonic()]
+
+    def count_frames():
+        nonlocal received
+        buffer = bytearray()
+        receiver.sock.setblocking(False)
+        while received < count and time.monotonic() - last[0] < 5:
+            ready, _, _ = select.select([receiver.sock], [], [], 0.2)
+            if not ready:
+                continue
+            buffer += receiver.sock.recv(1 << 20)
+            offset = 0
+            while len(buffer) - offset >= 4:
+                (length,) = struct.unpack_from(">I", buffer, offset)
+                if len(buffer) - offset < 4 + length:
+                    break
+                if buffer[offset + 4] == 0x85:
+                    received += 1
+                offset += 4 + length
+            del buffer[:offset]
+            last[0] = time.monotonic()
+
+    thread = threading.Thread(target=count_frames)
+    started = time.monotonic()
+    thread.start()
+    sender.sock.sendall(frames)
+    thread.join()
+    elapsed = last[0] - started
+    return received, elapsed
+
+
+def bench(args):
+    directory = tempfile.mkdtemp(prefix="bridge-hosts-")
+    topology = Topology(2, directory)
+    results = {}
+    try:
+        cluster = Cluster(topology, args.bin, bridge_args=["--queue-limit", "1000000", "--max-pending-bytes",
+                                                           str(256 << 20)])
+        clients = {host: Client(topology.socket_path(host)) for host in topology.hosts}
+        wait_until_bridged(cluster, clients)
+        for client in clients.values():
+            client.sock.close()
+        script = os.path.abspath(__file__)
+        for run in range(args.runs):
+            bridge_latency(topology, 500, args.rate)  # warm-up
+            results.setdefault("bridge", []).append(summary(bridge_latency(topology, args.count, args.rate)))
+            nats_latency(topology, 500, args.rate, script)
+            results.setdefault("nats", []).append(summary(nats_latency(topology, args.count, args.rate, script)))
+            results.setdefault("local_rtt", []).append(summary(local_round_trip(topology, 2000)))
+        for run in range(args.runs):
+            received, elapsed = throughput(topology, args.throughput)
+            results.setdefault("throughput", []).append({"sent": args.throughput, "received": received,
+                                                         "seconds": elapsed, "per_second": received / elapsed})
+        results["statistics"] = {host: cluster.statistics(host) for host in topology.hosts}
+        topology.remove_directory()
+    finally:
+        topology.close()
+    print(json.dumps(results, indent=1))
+    for run in range(args.runs):
+        b, n, l = results["bridge"][run], results["nats"][run], results["local_rtt"][run]
+        bound = 2 * n["p99_us"] + l["p99_us"]
+        print(f"run {run + 1}: bridge p50 {b['p50_us']:.0f} us p99 {b['p99_us']:.0f} us | NATS alone p50 "
+              f"{n['p50_us']:.0f} us p99 {n['p99_us']:.0f} us | local round trip p99 {l['p99_us']:.0f} us | "
+              f"target p99 < 2000 us and <= 2 x NATS + local = {bound:.0f} us: "
+              f"{'met' if b['p99_us'] < 2000 and b['p99_us'] <= bound else 'MISSED'}")
+    for run, t in enumerate(results["throughput"]):
+        print(f"throughput run {run + 1}: {t['received']} of {t['sent']} in {t['seconds']:.2f} s = "
+              f"{t['per_second']:,.0f}/s (target >= 100,000/s: {'met' if t['per_second'] >= 100_000 else 'MISSED'})")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", ".build", "debug"))
@@ -369,12 +594,22 @@ def main():
     parser.add_argument("--bench", action="store_true")
     parser.add_argument("--posts", type=int, default=300, help="posts per host in the exactly-once check")
     parser.add_argument("--stream", type=int, default=5000, help="posts in the NATS-restart check")
+    parser.add_argument("--runs", type=int, default=3, help="bench: runs of each measurement")
+    parser.add_argument("--count", type=int, default=3000, help="bench: latency samples per run")
+    parser.add_argument("--rate", type=int, default=1000, help="bench: latency messages per second")
+    parser.add_argument("--throughput", type=int, default=300_000, help="bench: posts in a throughput run")
+    parser.add_argument("--nats-role", choices=["send", "recv"], help=argparse.SUPPRESS)
+    parser.add_argument("--nats-host", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.nats_role:
+        return nats_role(args)
     args.bin = os.path.abspath(args.bin)
     if os.geteuid() != 0:
         fail("needs root (ip netns)")
     if args.check:
         return check(args)
+    if args.bench:
+        return bench(args)
     parser.print_help()
     return 2
 
