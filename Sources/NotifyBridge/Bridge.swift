@@ -114,10 +114,8 @@ package final class Bridge: Sendable {
             }
             countGap(before: origin)
         }
-        let name: String
-        switch mapping.name(forSubject: message.subject) {
-        case .success(let mapped): name = mapped
-        case .failure:
+        // Posting checks the name (PROTOCOL.md § 8), so the mapping only strips the prefix here.
+        guard let name = mapping.unvalidatedName(forSubject: message.subject), !name.hasPrefix("self.") else {
             BridgeCounters.bump(counters.importInvalidName)
             return
         }
@@ -127,6 +125,8 @@ package final class Bridge: Sendable {
             BridgeCounters.bump(counters.imported)
         } catch NotifyError.payloadTooLarge {
             BridgeCounters.bump(counters.importTooLarge)
+        } catch NotifyError.invalidName {
+            BridgeCounters.bump(counters.importInvalidName)
         } catch {
             BridgeCounters.bump(counters.importLost)
             logger.error("cannot import \(name): \(error)")

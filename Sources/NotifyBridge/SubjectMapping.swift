@@ -21,15 +21,23 @@ package struct SubjectMapping: Sendable, Equatable {
     /// The subject a local name is published to.
     package func subject(forName name: String) -> String { prefix + "." + name }
 
+    /// The rest of a subject under the prefix, unchecked: for a caller whose next step checks the name anyway
+    /// (posting it does).
+    package func unvalidatedName(forSubject subject: String) -> String? {
+        let utf8 = subject.utf8
+        let prefixLength = prefix.utf8.count
+        guard utf8.count > prefixLength + 1, utf8.starts(with: prefix.utf8),
+            utf8[utf8.index(utf8.startIndex, offsetBy: prefixLength)] == UInt8(ascii: ".")
+        else { return nil }
+        return String(utf8.dropFirst(prefixLength + 1))!
+    }
+
     /// The subject pattern that carries the names a notifyd pattern matches (same wildcards).
     package func subject(forPattern pattern: String) -> String { prefix + "." + pattern }
 
     /// The name a subject stands for, or why it stands for none.
     package func name(forSubject subject: String) -> Result<String, SubjectRefusal> {
-        guard subject.hasPrefix(prefix + "."), subject.utf8.count > prefix.utf8.count + 1 else {
-            return .failure(.outsidePrefix)
-        }
-        let name = String(subject.utf8.dropFirst(prefix.utf8.count + 1))!
+        guard let name = unvalidatedName(forSubject: subject) else { return .failure(.outsidePrefix) }
         do {
             try NotificationName.validate(name)
         } catch {

@@ -42,8 +42,11 @@ package struct NATSOperationDecoder: ByteToMessageDecoder {
             throw .malformedOperation("not UTF-8")
         }
         let consumedLine = lineLength + 1
-        let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-        guard let op = fields.first?.uppercased() else { throw .malformedOperation(line) }
+        let fields = line.utf8.split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
+            .map { Substring($0) }
+        guard let first = fields.first else { throw .malformedOperation(line) }
+        // Messages are nearly all the traffic: recognise them without building an upper-cased copy.
+        let op = first == "MSG" || first == "HMSG" ? String(first) : first.uppercased()
         switch op {
         case "PING":
             buffer.moveReaderIndex(forwardBy: consumedLine)

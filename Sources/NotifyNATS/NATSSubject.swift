@@ -24,17 +24,28 @@ public enum NATSSubject {
         return names.count == patterns.count
     }
 
+    /// One pass over the bytes, no allocation: publishing checks every subject.
     private static func isWellFormed(_ subject: String, wildcards: Bool) -> Bool {
-        let tokens = subject.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard !subject.isEmpty else { return false }
-        for (index, token) in tokens.enumerated() {
-            if token.isEmpty { return false }
-            if token.contains(where: { $0 == 0x20 || $0 == 0x09 || $0 == 0x0D || $0 == 0x0A }) { return false }
-            let isStar = token.elementsEqual("*".utf8)
-            let isTail = token.elementsEqual(">".utf8)
-            if (isStar || isTail) && !wildcards { return false }
-            if isTail && index != tokens.count - 1 { return false }
+        var tokenLength = 0
+        var firstByte: UInt8 = 0
+        func tokenIsWildcard() -> Bool {
+            tokenLength == 1 && (firstByte == UInt8(ascii: "*") || firstByte == UInt8(ascii: ">"))
         }
-        return true
+        for byte in subject.utf8 {
+            switch byte {
+            case UInt8(ascii: "."):
+                if tokenLength == 0 { return false }
+                // A wildcard token followed by more: allowed for `*` when subscribing, never for `>`.
+                if tokenIsWildcard() && (!wildcards || firstByte == UInt8(ascii: ">")) { return false }
+                tokenLength = 0
+            case 0x20, 0x09, 0x0D, 0x0A:
+                return false
+            default:
+                if tokenLength == 0 { firstByte = byte }
+                tokenLength += 1
+            }
+        }
+        if tokenLength == 0 { return false }
+        return wildcards || !tokenIsWildcard()
     }
 }
