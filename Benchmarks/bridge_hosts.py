@@ -190,7 +190,8 @@ class Client:
     def __init__(self, path, subscribe=True):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
-        self.sock.sendall(wire.hello(b"bridge-hosts"))
+        self.sock.sendall(wire.hello(b"bridge-hosts", flags=1))  # with the origin of relayed posts
+        self.origins = {}  # name -> [origin host or None]
         self.buffer = bytearray()
         self.received = {}  # name -> [payloads]
         self.order = []
@@ -242,7 +243,10 @@ class Client:
         name = body[22:22 + length].decode()
         (size,) = struct.unpack_from(">I", body, 22 + length)
         payload = body[26 + length:26 + length + size]
+        rest = body[26 + length + size:]
+        origin = rest[2:2 + struct.unpack_from(">H", rest, 0)[0]].decode() if rest else None
         self.received.setdefault(name, []).append(payload)
+        self.origins.setdefault(name, []).append(origin)
         self.order.append((time.monotonic_ns(), name, payload))
 
     def pump(self, seconds=0.05):
@@ -311,6 +315,12 @@ def check(args):
             for name, payloads in client.received.items():
                 if name.startswith("mh.") and payloads[0] != f"{name.split('.')[1]}:{name.split('.n')[1]}".encode():
                     fail(f"{host}: payload of {name} changed: {payloads[0]!r}")
+                if name.startswith("mh."):
+                    poster = name.split(".")[1]
+                    expected_origin = None if poster == host else poster
+                    if client.origins[name][0] != expected_origin:
+                        fail(f"{host}: {name} should come with origin {expected_origin}, "
+                             f"came with {client.origins[name][0]}")
         for host in topology.hosts:
             # The bridge sees its last imports come back from its own daemon a moment after posting them.
             deadline = time.monotonic() + TIMEOUT
@@ -322,8 +332,8 @@ def check(args):
                 fail(f"{host}: every import should be seen once on export and skipped: {stats}")
             if stats["import_gaps"] or stats["export_dropped"] or stats["import_invalid_name"]:
                 fail(f"{host}: nothing should be lost: {stats}")
-        print(f"ok 1 - {n} posts on each of 3 hosts reached every host exactly once; no loops "
-              f"({3 * len(expected)} deliveries counted)", flush=True)
+        print(f"ok 1 - {n} posts on each of 3 hosts reached every host exactly once with their origin host; "
+              f"no loops ({3 * len(expected)} deliveries counted)", flush=True)
 
         # 2. Kill h2's NATS server mid-stream, restart it: the bridge reconnects; nothing is lost silently.
         source, victim = clients["h1"], "h2"

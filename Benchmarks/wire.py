@@ -12,9 +12,9 @@ def s16(data):
     return struct.pack(">H", len(data)) + data
 
 
-def hello(name):
-    """HELLO, protocol version 1, no flags."""
-    return frame(0x01, struct.pack(">HI", 1, 0) + s16(name))
+def hello(name, flags=0):
+    """HELLO, protocol version 1; flags 1 asks for the origin of relayed posts (PROTOCOL.md § 16)."""
+    return frame(0x01, struct.pack(">HI", 1, flags) + s16(name))
 
 
 # Added for restart_gap.py; the layouts are those of protocol/PROTOCOL.md § 6 and § 7.

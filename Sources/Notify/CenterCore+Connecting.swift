@@ -47,7 +47,7 @@ extension CenterCore {
             else { return false }
             // HELLO first, then every live subscription, pipelined without waiting for WELCOME.
             state.outbound.startConnection()
-            _ = state.outbound.append(.hello(.init(clientName: configuration.clientName)))
+            _ = state.outbound.append(.hello(.init(flags: HelloFlags.origins, clientName: configuration.clientName)))
             for (key, id) in state.registry.daemonSubscriptions {
                 _ = state.sendRequest(.subscribe(pattern: key.pattern)) {
                     .subscribe(.init(requestID: $0, subscriptionID: id, policy: key.policy.wire, pattern: key.pattern))
@@ -58,7 +58,7 @@ extension CenterCore {
                     .suspend(requestID: $0)
                 }
             }
-            for post in state.held.takeAll() { state.outbound.appendHeldPost(name: post.name, payload: post.payload) }
+            for post in state.held.takeAll() { state.outbound.appendHeldPost(post) }
             return true
         }
         if accepted {

@@ -43,6 +43,7 @@ extension CenterCore {
                 name: frame.name, storage: frame.payload.withUnsafeReadableBytes { staging.storePayload($0) },
                 sequence: frame.sequence, sender: SenderCredentials(frame.sender))
             notification.mergedCount = mergedCount
+            notification.origin = frame.origin.map(NotificationOrigin.init)
             for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
                 notification.droppedBefore = drops
                 staging.add(notification, for: observer)
@@ -62,6 +63,7 @@ extension CenterCore {
             name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
             sender: SenderCredentials(frame.sender))
         notification.isRetained = true
+        notification.origin = frame.origin.map(NotificationOrigin.init)
         core.deliver(notification)
     }
 

@@ -4,7 +4,9 @@ import NotifyWire
 // Posting, holding posts while disconnected, and the flush loop that writes every appended frame.
 extension CenterCore {
     /// Posts without waiting, encoding straight from the caller's bytes into the outgoing buffer.
-    func post(_ name: String, payload: UnsafeRawBufferPointer, retain: Bool = false) throws(NotifyError) {
+    func post(
+        _ name: String, payload: UnsafeRawBufferPointer, retain: Bool = false, origin: RelayOrigin? = nil
+    ) throws(NotifyError) {
         if NotificationName.isProcessLocal(name) {
             try validate(name)
             postLocally(name, payload: payload)
@@ -21,7 +23,14 @@ extension CenterCore {
             } catch {
                 return .failure(error)
             }
-            guard state.connection.postingLimits != nil else { return holdLocked(name, ByteBuffer(bytes: payload), &state) }
+            guard state.connection.postingLimits != nil else {
+                return holdLocked(name, ByteBuffer(bytes: payload), retain: retain, origin: origin, &state)
+            }
+            if let origin {
+                return .success(
+                    state.outbound.appendUnacknowledgedPost(
+                        name: name, payload: ByteBuffer(bytes: payload), retain: retain, origin: origin))
+            }
             return .success(state.outbound.appendPost(name: name, payload: payload, retain: retain))
         }
         if try outcome.get() { scheduleFlush() }
@@ -49,11 +58,14 @@ extension CenterCore {
     }
 
     /// Keeps a post made while disconnected, if the configuration says to wait.
-    private func holdLocked(_ name: String, _ payload: ByteBuffer, _ state: inout State) -> Result<Bool, NotifyError> {
+    private func holdLocked(
+        _ name: String, _ payload: ByteBuffer, retain: Bool, origin: RelayOrigin?, _ state: inout State
+    ) -> Result<Bool, NotifyError> {
         guard case .wait(let timeout) = configuration.whileDisconnected, !state.connection.isClosed else {
             return .failure(notConnectedError(state))
         }
-        switch state.held.hold(name: name, payload: payload, deadline: .now() + .nanoseconds(Int64(timeout * 1e9))) {
+        let deadline = NIODeadline.now() + .nanoseconds(Int64(timeout * 1e9))
+        switch state.held.hold(.init(deadline: deadline, name: name, payload: payload, retain: retain, origin: origin)) {
         case .full: return .failure(notConnectedError(state))
         case .held: break
         case .scheduleExpiry(let deadline): eventLoop.scheduleTask(deadline: deadline) { self.expireHeldPosts() }

@@ -1,4 +1,5 @@
 import NIOCore
+import NotifyWire
 
 /// Posts made while disconnected under `DisconnectedPosting.wait`, oldest first, until a connection sends them
 /// or their deadline passes.
@@ -6,7 +7,16 @@ struct HeldPosts: Sendable {
     /// The most posts held at once; beyond it a post fails as when not waiting.
     static let limit = 10_000
 
-    private var posts: [(deadline: NIODeadline, name: String, payload: ByteBuffer)] = []
+    /// A post as it was made.
+    struct Post: Sendable {
+        var deadline: NIODeadline
+        var name: String
+        var payload: ByteBuffer
+        var retain: Bool
+        var origin: RelayOrigin?
+    }
+
+    private var posts: [Post] = []
     /// Whether a task to expire the oldest post is scheduled.
     private var expiryScheduled = false
 
@@ -18,9 +28,9 @@ struct HeldPosts: Sendable {
         case full
     }
 
-    mutating func hold(name: String, payload: ByteBuffer, deadline: NIODeadline) -> HoldAction {
+    mutating func hold(_ post: Post) -> HoldAction {
         guard posts.count < Self.limit else { return .full }
-        posts.append((deadline, name, payload))
+        posts.append(post)
         if expiryScheduled { return .held }
         expiryScheduled = true
         return .scheduleExpiry(posts[0].deadline)
@@ -36,7 +46,7 @@ struct HeldPosts: Sendable {
 
     /// Takes every held post, oldest first, to be sent on a new connection. A scheduled expiry task stays
     /// scheduled and finds nothing (or the posts held after this).
-    mutating func takeAll() -> [(deadline: NIODeadline, name: String, payload: ByteBuffer)] {
+    mutating func takeAll() -> [Post] {
         defer { posts.removeAll() }
         return posts
     }

@@ -109,6 +109,16 @@ public final class NotifyCenter: Sendable {
         }
     }
 
+    /// Posts a notification relayed from another host, with the `origin` the relay reports (PROTOCOL.md § 16).
+    /// For `notifyd-bridge`; observers that see it get ``ReceivedNotification/origin``.
+    package func post(
+        _ name: String, payload: some Collection<UInt8>, retain: Bool, origin: NotificationOrigin
+    ) throws {
+        try withContiguousBytes(of: payload) { bytes in
+            try core.post(name, payload: bytes, retain: retain, origin: origin.wire)
+        }
+    }
+
     /// Posts a notification whose payload is the array `payload`: the same as the generic `post`, without
     /// dispatching through `Collection` for the most common payload type.
     public func post(_ name: String, payload: [UInt8], retain: Bool = false) throws {

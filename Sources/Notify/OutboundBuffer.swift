@@ -30,9 +30,18 @@ struct OutboundBuffer: Sendable {
     }
 
     /// Appends a post held while disconnected (sent without acknowledgement, as it was made).
-    mutating func appendHeldPost(name: String, payload: ByteBuffer) {
-        ClientFrame.post(.init(requestID: makeUnacknowledgedPostID(), name: name, payload: payload)).encode(into: &bytes)
-        _ = claimFlush()
+    mutating func appendHeldPost(_ post: HeldPosts.Post) {
+        appendUnacknowledgedPost(name: post.name, payload: post.payload, retain: post.retain, origin: post.origin)
+    }
+
+    /// Appends a post nobody waits on from a `ByteBuffer`, with its flags and, for a relay, its origin.
+    @discardableResult
+    mutating func appendUnacknowledgedPost(name: String, payload: ByteBuffer, retain: Bool, origin: RelayOrigin?) -> Bool {
+        let post = ClientFrame.Post(
+            requestID: makeUnacknowledgedPostID(), flags: retain ? .retain : PostFlags(rawValue: 0), name: name,
+            payload: payload, origin: origin)
+        ClientFrame.post(post).encode(into: &bytes)
+        return claimFlush()
     }
 
     /// Starts a new connection's frames: drops whatever was left and marks a flush as scheduled, since the

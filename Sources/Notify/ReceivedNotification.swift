@@ -30,6 +30,9 @@ public struct ReceivedNotification: Sendable, Hashable {
     /// Whether this is the retained notification delivered as the current value when observing began
     /// (``ObservationOptions/receivesCurrentValue``), rather than a new post.
     public var isRetained = false
+    /// For a notification relayed from another host (by `notifyd-bridge`): where it was first posted; `nil` for a
+    /// local post. ``sender`` is then the relay's process.
+    public var origin: NotificationOrigin?
 
     /// Creates a notification value (the library creates these; tests and process-local posts may too).
     public init(name: String, payload: [UInt8], sequence: UInt64, sender: SenderCredentials) {
@@ -81,12 +84,12 @@ public struct ReceivedNotification: Sendable, Hashable {
     /// The payload as `Data`.
     public var payloadData: Data { withPayloadBytes { Data($0) } }
 
-    /// Whether two notifications have the same name, sequence, sender, loss counters, retained flag and payload
-    /// bytes.
+    /// Whether two notifications have the same name, sequence, sender, loss counters, retained flag, origin and
+    /// payload bytes.
     public static func == (lhs: ReceivedNotification, rhs: ReceivedNotification) -> Bool {
         guard lhs.name == rhs.name, lhs.sequence == rhs.sequence, lhs.sender == rhs.sender,
             lhs.mergedCount == rhs.mergedCount, lhs.droppedBefore == rhs.droppedBefore,
-            lhs.isRetained == rhs.isRetained, lhs.payloadCount == rhs.payloadCount
+            lhs.isRetained == rhs.isRetained, lhs.origin == rhs.origin, lhs.payloadCount == rhs.payloadCount
         else { return false }
         return lhs.withPayloadBytes { left in rhs.withPayloadBytes { right in left.elementsEqual(right) } }
     }
@@ -99,6 +102,7 @@ public struct ReceivedNotification: Sendable, Hashable {
         hasher.combine(mergedCount)
         hasher.combine(droppedBefore)
         hasher.combine(isRetained)
+        hasher.combine(origin)
         hasher.combine(payloadCount)
         withPayloadBytes { hasher.combine(bytes: $0) }
     }

@@ -119,9 +119,12 @@ package final class Bridge: Sendable {
             BridgeCounters.bump(counters.importInvalidName)
             return
         }
-        let retained = origin?.retained ?? false
+        // A message from a plain NATS client has no origin headers: it is remote all the same.
+        let source = origin ?? Origin(host: Origin.plainNATSHost, uid: .max, gid: .max, pid: 0, sequence: 0)
+        let relayed = NotificationOrigin(
+            host: source.host, uid: source.uid, gid: source.gid, pid: source.pid, sequence: source.sequence)
         do {
-            try center.post(name, payload: message.payload.readableBytesView, retain: retained)
+            try center.post(name, payload: message.payload.readableBytesView, retain: source.retained, origin: relayed)
             BridgeCounters.bump(counters.imported)
         } catch NotifyError.payloadTooLarge {
             BridgeCounters.bump(counters.importTooLarge)

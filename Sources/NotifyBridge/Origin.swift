@@ -25,6 +25,9 @@ package struct Origin: Sendable, Equatable {
         self.bridgeSequence = bridgeSequence
     }
 
+    /// The origin host of a message published by a plain NATS client (one without `Notifyd-Origin-*` headers).
+    package static let plainNATSHost = "nats"
+
     package enum Header {
         package static let host = "Notifyd-Origin-Host"
         package static let uid = "Notifyd-Origin-UID"

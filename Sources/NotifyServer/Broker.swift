@@ -171,8 +171,10 @@ final class Broker {
     ///
     /// - Returns: the sequence number and the number of peers it was queued or held for.
     /// - Parameter exactSubscribers: the index's exact subscribers of `name`, looked up once per post.
+    /// - Parameter origin: a relayed post's origin: recipients that asked for origins get a second encoding that
+    ///   carries it (PROTOCOL.md § 16), made only if one of them matches.
     func post(
-        name: String, payload: ByteBuffer, sender: SenderCredentials, retain: Bool,
+        name: String, payload: ByteBuffer, sender: SenderCredentials, origin: RelayOrigin? = nil, retain: Bool,
         exactSubscribers: SubscriberIndex.Subscribers?
     ) -> (sequence: UInt64, delivered: UInt32) {
         endRun()
@@ -188,10 +190,17 @@ final class Broker {
             capacity: NotificationFrame.encodedLength(
                 nameByteCount: name.utf8.count, payloadByteCount: payload.readableBytes))
         NotificationFrame.encode(sequence: sequence, sender: sender, name: name, payload: payload, into: &frame)
+        var withOrigin: ByteBuffer?
+        if let origin, recipients.contains(where: { $0.peer.acceptsOrigins }) {
+            var copy = frame
+            origin.append(toFrameAt: copy.readerIndex, in: &copy)
+            withOrigin = copy
+        }
         var delivered: UInt32 = 0
         isRouting = true
-        for recipient in recipients where offer(frame, name: name, sequence: sequence, to: recipient) {
-            delivered += 1
+        for recipient in recipients {
+            let encoding = withOrigin != nil && recipient.peer.acceptsOrigins ? withOrigin! : frame
+            if offer(encoding, name: name, sequence: sequence, to: recipient) { delivered += 1 }
         }
         isRouting = false
         recipients.removeAll(keepingCapacity: true)

@@ -14,7 +14,8 @@ extension Peer {
             }
         return HandoverSnapshot.PeerRecord(
             cookie: cookie, number: number, credentials: credentials, groups: identity.groups.sorted(),
-            command: command, phase: recordPhase, clientName: clientName, suspendCount: UInt32(queue.suspendCount),
+            command: command, phase: recordPhase, clientName: clientName, helloFlags: helloFlags,
+            suspendCount: UInt32(queue.suspendCount),
             merged: queue.merged, dropped: queue.dropped,
             subscriptions: subscriptions.all.map { entry in
                 HandoverSnapshot.Subscription(

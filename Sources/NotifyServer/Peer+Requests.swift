@@ -54,7 +54,7 @@ extension Peer {
             return
         }
         // Every client's name is in root's `clients` answer and in the logs: a longer one is cut, not refused.
-        opened(clientName: hello.clientName.truncatedUTF8(maxBytes: ProtocolConstants.maxClientNameLength))
+        opened(clientName: hello.clientName.truncatedUTF8(maxBytes: ProtocolConstants.maxClientNameLength), flags: hello.flags)
         reply(
             .welcome(
                 ServerFrame.Welcome(
@@ -170,7 +170,8 @@ extension Peer {
             return
         }
         let (sequence, delivered) = broker.post(
-            name: post.name, payload: post.payload, sender: credentials, retain: retain, exactSubscribers: subscribers)
+            name: post.name, payload: post.payload, sender: credentials, origin: post.origin, retain: retain,
+            exactSubscribers: subscribers)
         if post.flags.contains(.ackWanted) {
             reply(.posted(requestID: post.requestID, sequence: sequence, deliveredCount: delivered))
         }

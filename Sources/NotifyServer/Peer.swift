@@ -61,6 +61,10 @@ final class Peer {
     /// The command name read when the connection opened (`nil`: unknown yet, or hidden by the sandbox).
     var command: String?
     private(set) var clientName = ""
+    /// The `HELLO` flags: whether it takes the origin of relayed posts (``HelloFlags/origins``).
+    private(set) var helloFlags: UInt32 = 0
+    /// Whether relayed posts reach it with their origin field (it asked in `HELLO`).
+    var acceptsOrigins: Bool { helloFlags & HelloFlags.origins != 0 }
     /// Replies exceed the queue's bound: its requests are not read until they drain.
     private(set) var isBackPressured = false
     /// The most full-path frames served in one turn so far (for tests: the bound holds).
@@ -110,7 +114,7 @@ final class Peer {
         account.chargeRestored(connections: 1)
         switch record.phase {
         case .awaitingHello: phase = .awaitingHello
-        case .open, .closing: opened(clientName: record.clientName)
+        case .open, .closing: opened(clientName: record.clientName, flags: record.helloFlags)
         }
         for subscription in record.subscriptions {
             // The snapshot's decoder checked every pattern against the grammar.
@@ -144,10 +148,11 @@ final class Peer {
         identity = AccessControl.Identity(uid: credentials.uid, groups: groups)
     }
 
-    /// The handshake: `HELLO` accepted with this client name.
-    func opened(clientName name: String) {
+    /// The handshake: `HELLO` accepted with this client name and these flags.
+    func opened(clientName name: String, flags: UInt32) {
         phase = .open
         clientName = name
+        helloFlags = flags
         logger[metadataKey: "client"] = "\(clientName)"
     }
 

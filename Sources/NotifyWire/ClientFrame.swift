@@ -95,13 +95,20 @@ package enum ClientFrame: Sendable, Hashable {
         package var name: String
         /// The payload bytes, opaque to the daemon.
         package var payload: ByteBuffer
+        /// Where a relay says the notification was first posted; present exactly when ``flags`` has
+        /// ``PostFlags/origin``.
+        package var origin: RelayOrigin?
 
-        /// Creates the fields of `POST`.
-        package init(requestID: UInt32, flags: PostFlags = [], name: String, payload: ByteBuffer) {
+        /// Creates the fields of `POST`; an `origin` sets the origin flag (``flags`` are otherwise kept as given, so a
+        /// test can send the flag without the field).
+        package init(
+            requestID: UInt32, flags: PostFlags = [], name: String, payload: ByteBuffer, origin: RelayOrigin? = nil
+        ) {
             self.requestID = requestID
-            self.flags = flags
+            self.flags = origin == nil ? flags : flags.union(.origin)
             self.name = name
             self.payload = payload
+            self.origin = origin
         }
     }
 
@@ -136,8 +143,11 @@ package struct PostFlags: OptionSet, Sendable, Hashable {
     /// subscriptions that ask for it.
     package static let retain = PostFlags(rawValue: 0x02)
 
+    /// An origin field follows the payload: the post is relayed from another host (PROTOCOL.md § 16).
+    package static let origin = PostFlags(rawValue: 0x04)
+
     /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
-    package static let known: PostFlags = [.ackWanted, .retain]
+    package static let known: PostFlags = [.ackWanted, .retain, .origin]
 }
 
 /// Options of a `SUBSCRIBE` (the `flags` byte).
@@ -153,6 +163,13 @@ package struct SubscribeFlags: OptionSet, Sendable, Hashable {
 
     /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
     package static let known: SubscribeFlags = [.sendRetained]
+}
+
+/// Options of a `HELLO` (the `flags` field).
+package enum HelloFlags {
+    /// The client understands an origin field after the payload of `NOTIFICATION`, `NOTIFICATION_MERGED` and
+    /// `RETAINED` for relayed posts (PROTOCOL.md § 16); without it the daemon never sends one.
+    package static let origins: UInt32 = 0x0000_0001
 }
 
 extension ClientFrame.Post {
@@ -195,9 +212,11 @@ extension ClientFrame: WireFrameEncodable {
     /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
     package func encode(into buffer: inout ByteBuffer) {
         if case .post(let post) = self {
+            let start = buffer.writerIndex
             post.payload.withUnsafeReadableBytes { payload in
                 Post.encode(requestID: post.requestID, flags: post.flags, name: post.name, payload: payload, into: &buffer)
             }
+            post.origin?.append(toFrameAt: start, in: &buffer)
             return
         }
         buffer.writeWireFrame(messageType) { buffer in
@@ -269,7 +288,9 @@ extension ClientFrame: WireFrameDecodable {
             let flags: UInt8 = try body.readWireInteger(messageType, "flags")
             let name = try body.readWireString(messageType, "name")
             let payload = try body.readWirePayload(messageType, "payload")
-            frame = .post(Post(requestID: requestID, flags: PostFlags(rawValue: flags), name: name, payload: payload))
+            let postFlags = PostFlags(rawValue: flags)
+            let origin = postFlags.contains(.origin) ? try RelayOrigin.decode(messageType, &body) : nil
+            frame = .post(Post(requestID: requestID, flags: postFlags, name: name, payload: payload, origin: origin))
         case .ping:
             frame = .ping(requestID: try body.readWireInteger(messageType, "request_id"))
         case .suspend:

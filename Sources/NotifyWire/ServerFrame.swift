@@ -88,13 +88,18 @@ package struct NotificationFrame: Sendable, Hashable {
     package var name: String
     /// The payload bytes as posted.
     package var payload: ByteBuffer
+    /// Where a relay said the post came from, for a connection that asked for origins (PROTOCOL.md § 16).
+    package var origin: RelayOrigin?
 
     /// Creates the fields of `NOTIFICATION`.
-    package init(sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer) {
+    package init(
+        sequence: UInt64, sender: SenderCredentials, name: String, payload: ByteBuffer, origin: RelayOrigin? = nil
+    ) {
         self.sequence = sequence
         self.sender = sender
         self.name = name
         self.payload = payload
+        self.origin = origin
     }
 }
 
@@ -139,9 +144,11 @@ extension ServerFrame: WireFrameEncodable {
     /// Appends the whole frame (length prefix, type byte, fields) to `buffer`.
     package func encode(into buffer: inout ByteBuffer) {
         if case .notification(let notification) = self {
+            let start = buffer.writerIndex
             NotificationFrame.encode(
                 sequence: notification.sequence, sender: notification.sender, name: notification.name,
                 payload: notification.payload, into: &buffer)
+            notification.origin?.append(toFrameAt: start, in: &buffer)
             return
         }
         buffer.writeWireFrame(messageType) { buffer in
@@ -203,8 +210,11 @@ extension NotificationFrame {
         let gid: UInt32 = try body.readWireInteger(messageType, "sender_gid")
         let name = try body.readWireString(messageType, "name")
         let payload = try body.readWirePayload(messageType, "payload")
+        // Bytes after the payload can only be an origin, which the daemon sends only to clients that asked.
+        let origin = body.readableBytes > 0 ? try RelayOrigin.decode(messageType, &body) : nil
         return NotificationFrame(
-            sequence: sequence, sender: SenderCredentials(pid: pid, uid: uid, gid: gid), name: name, payload: payload)
+            sequence: sequence, sender: SenderCredentials(pid: pid, uid: uid, gid: gid), name: name, payload: payload,
+            origin: origin)
     }
 
     fileprivate func encodeFields(into buffer: inout ByteBuffer) {
@@ -218,6 +228,7 @@ extension NotificationFrame {
             }
         }
         buffer.writeWirePayload(payload)
+        origin?.encode(into: &buffer)
     }
 
     /// The bytes of the fields between the sequence number and the payload: what every post of a run shares.

@@ -15,13 +15,15 @@ package enum WireDecodingError: Error, Sendable, Hashable, CustomStringConvertib
     case trailingBytes(message: MessageType, count: Int)
     /// The connection ended with part of a frame still unread.
     case truncatedFrame(bufferedBytes: Int)
+    /// A field's value is outside what its definition allows (an empty origin host, say).
+    case invalidField(message: MessageType, field: String, reason: String)
 
     /// The protocol error code a daemon answers this with.
     package var code: ErrorCode {
         switch self {
         case .frameTooLarge, .emptyFrame: .frameTooLarge
         case .unknownMessageType: .unknownMessageType
-        case .truncatedField, .invalidUTF8, .trailingBytes, .truncatedFrame: .malformedFrame
+        case .truncatedField, .invalidUTF8, .trailingBytes, .truncatedFrame, .invalidField: .malformedFrame
         }
     }
 
@@ -41,6 +43,8 @@ package enum WireDecodingError: Error, Sendable, Hashable, CustomStringConvertib
             "\(message) field '\(field)' is not valid UTF-8"
         case .trailingBytes(let message, let count):
             "\(message) frame has \(count) unexpected trailing byte(s)"
+        case .invalidField(let message, let field, let reason):
+            "\(message) field '\(field)': \(reason)"
         case .truncatedFrame(let buffered):
             "connection ended in the middle of a frame (\(buffered) byte(s) of it received)"
         }

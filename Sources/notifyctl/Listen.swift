@@ -12,7 +12,10 @@ extension Notifyctl {
                 ISO 8601 with milliseconds and a Z), name, sequence, pid, uid, gid, merged (notifications merged \
                 into this one), dropped_before (notifications lost just before it), retained (true for a name's \
                 current value sent by --current) and payload (text) or payload_hex, plus message when the payload \
-                is a JSON object or array (a typed message). The line "listening for ..." on standard error comes \
+                is a JSON object or array (a typed message), plus origin (host, uid, gid, pid, sequence) for a \
+                notification relayed from another host by notifyd-bridge, whose pid, uid and gid are then the \
+                bridge's. The human form shows such a one as [from HOST pid P uid U via pid B]. \
+                The line "listening for ..." on standard error comes \
                 once the daemon has every subscription: a post made after it is received.
                 """)
 
@@ -127,6 +130,12 @@ struct LineFormatter {
                 "uid": notification.sender.uid,
                 "gid": notification.sender.gid,
             ]
+            if let origin = notification.origin {
+                object["origin"] = [
+                    "host": origin.host, "uid": origin.uid, "gid": origin.gid, "pid": origin.pid,
+                    "sequence": origin.sequence,
+                ] as [String: Any]
+            }
             if let text = notification.payloadString {
                 object["payload"] = text
                 // A typed message's payload is a JSON object (PROTOCOL.md § 12): show it decoded too.
@@ -148,7 +157,11 @@ struct LineFormatter {
         if notification.mergedCount > 0 { notes += " (+\(notification.mergedCount) merged)" }
         if notification.droppedBefore > 0 { notes += " (\(notification.droppedBefore) dropped before)" }
         let time = now.formatted(Date.ISO8601FormatStyle(timeZone: .current).time(includingFractionalSeconds: true))
-        return "\(time) \(TerminalText.escaped(notification.name)) [pid \(notification.sender.pid) uid \(notification.sender.uid)]\(notes)\(payload)"
+        let sender =
+            notification.origin.map {
+                "from \(TerminalText.escaped($0.host)) pid \($0.pid) uid \($0.uid) via pid \(notification.sender.pid)"
+            } ?? "pid \(notification.sender.pid) uid \(notification.sender.uid)"
+        return "\(time) \(TerminalText.escaped(notification.name)) [\(sender)]\(notes)\(payload)"
     }
 
     private func hex(_ bytes: [UInt8]) -> String {

@@ -36,7 +36,8 @@ struct HandoverSnapshotTests {
         peers: [
             HandoverSnapshot.PeerRecord(
                 cookie: 0xC00C_1E, number: 3, credentials: SenderCredentials(pid: 4_321, uid: 1_000, gid: 100),
-                groups: [100, 27], command: "observer", phase: .open, clientName: "observer \u{1F600}", suspendCount: 2,
+                groups: [100, 27], command: "observer", phase: .open, clientName: "observer \u{1F600}",
+                helloFlags: HelloFlags.origins, suspendCount: 2,
                 merged: 5, dropped: 1,
                 subscriptions: [
                     HandoverSnapshot.Subscription(id: 1, pattern: "config.changed", policy: .coalesce),
@@ -64,12 +65,16 @@ struct HandoverSnapshotTests {
         #expect(decoded == Self.sample)
     }
 
-    /// The fixture was written by format 1 and is never regenerated: once the format changes, this test is what
-    /// shows the new daemon still takes over from the previous release.
-    @Test("a snapshot written by format 1 (committed fixture) still loads")
+    /// The fixture was written by format 1 and is never regenerated: this test is what shows a format-2 daemon
+    /// still takes over from the previous release. Format 1 had no `HELLO` flags: they read as 0.
+    @Test("a snapshot written by format 1 (committed fixture) still loads; its connections have no HELLO flags")
     func previousFormatLoads() throws {
         let bytes = try #require(FileManager.default.contents(atPath: Self.fixturePath), "missing \(Self.fixturePath)")
-        #expect(try HandoverSnapshot(decoding: Array(bytes)) == Self.sample)
+        var expected = Self.sample
+        for index in expected.peers.indices { expected.peers[index].helloFlags = 0 }
+        #expect(try HandoverSnapshot(decoding: Array(bytes)) == expected)
+        #expect(Array(bytes[8..<10]) == [0, 1], "the fixture is format 1")
+        #expect(Self.sample.encoded()[8..<10] == [0, 2], "this daemon writes format 2")
     }
 
     @Test("every truncation is refused with a reason")
@@ -95,9 +100,9 @@ struct HandoverSnapshotTests {
     @Test("a newer format, or something else, is refused by name")
     func versionAndMagic() {
         var newer = Self.sample.encoded()
-        newer[9] = 2  // version 2, big-endian at offset 8
-        #expect(throws: HandoverError.unsupportedVersion(2)) { try HandoverSnapshot(decoding: newer) }
-        #expect(HandoverError.unsupportedVersion(2).description.contains("formats 1 to 1"))
+        newer[9] = 3  // version 3, big-endian at offset 8
+        #expect(throws: HandoverError.unsupportedVersion(3)) { try HandoverSnapshot(decoding: newer) }
+        #expect(HandoverError.unsupportedVersion(3).description.contains("formats 1 to 2"))
         #expect(throws: HandoverError.notASnapshot) { try HandoverSnapshot(decoding: Array("GIF89a and more".utf8)) }
     }
 

@@ -313,9 +313,10 @@ struct ProtocolErrorTests {
         }
     }
 
-    /// Reserved bits alone (0x04, 0x80), with ack (0x05), with retain (0x06), and all bits (0xFF).
+    /// Reserved bits alone (0x08, 0x80), with ack (0x09), with retain (0x0A), and every bit but the origin flag
+    /// (0xFB: with 0x04 the frame would need an origin field, § 16).
     @Test("POST with reserved flag bits is answered with unsupported-flags and neither delivered nor retained",
-          arguments: [UInt8(0x04), 0x05, 0x06, 0x80, 0xFF])
+          arguments: [UInt8(0x08), 0x09, 0x0A, 0x80, 0xFB])
     func unsupportedFlags(_ flags: UInt8) async throws {
         try await withServer { server in
             let subscriber = try await server.connect("subscriber")
@@ -334,7 +335,7 @@ struct ProtocolErrorTests {
             try await poster.expectQuiet()
             try await subscriber.expectQuiet()
             #expect(try await poster.postAcked("org.example.flags", requestID: 43) == (1, 1))
-            // Not retained either (0x06 and 0xFF include the retain bit; the accepted post did not ask for it): a
+            // Not retained either (0x0A and 0xFB include the retain bit; the accepted post did not ask for it): a
             // subscription asking for retained notifications gets its OK with nothing before it.
             let late = try await server.connect("late subscriber")
             try await late.send(.testSubscribe(requestID: 1, subscriptionID: 1, name: "org.example.flags", flags: .sendRetained))

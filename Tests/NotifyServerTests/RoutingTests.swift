@@ -72,7 +72,7 @@ struct RoutingTests {
             try await poster.send(.post(ClientFrame.Post(requestID: 3, flags: .ackWanted, name: "bad name", payload: ByteBuffer())))
             #expect(try await poster.nextError().code == .invalidName)
             // Ack plus a reserved bit (0x02 is the retain flag).
-            try await poster.send(.post(ClientFrame.Post(requestID: 4, flags: PostFlags(rawValue: 0x05), name: "seq.watched", payload: ByteBuffer())))
+            try await poster.send(.post(ClientFrame.Post(requestID: 4, flags: PostFlags(rawValue: 0x09), name: "seq.watched", payload: ByteBuffer())))
             #expect(try await poster.nextError().code == .unsupportedFlags)
 
             let third = try await poster.postAcked("seq.watched", requestID: 5)

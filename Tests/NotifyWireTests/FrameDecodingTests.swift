@@ -19,7 +19,12 @@ struct FrameDecodingTests {
         .subscribe(.init(requestID: 5, subscriptionID: 6, flags: SubscribeFlags(rawValue: 0xFF), policyCode: 0xFF, queueLimit: 1, pattern: "x")),
         .unsubscribe(requestID: 1, subscriptionID: .max),
         .post(.init(requestID: 1, flags: [], name: "x", payload: ByteBuffer())),
-        .post(.init(requestID: 2, flags: PostFlags(rawValue: 0xFF), name: "x", payload: ByteBuffer(bytes: [0, 0xFF]))),
+        .post(.init(requestID: 2, flags: PostFlags(rawValue: 0xFB), name: "x", payload: ByteBuffer(bytes: [0, 0xFF]))),
+        // Every flag: the origin flag (0x04) brings its field after the payload (PROTOCOL.md § 16).
+        .post(
+            .init(
+                requestID: 3, flags: PostFlags(rawValue: 0xFF), name: "x", payload: ByteBuffer(bytes: [1]),
+                origin: RelayOrigin(host: "h", uid: 1, gid: 2, pid: 3, sequence: 4))),
         .ping(requestID: 0),
         .ping(requestID: .max),
         .setState(requestID: 1, name: "a.b", value: 0),
@@ -214,8 +219,14 @@ struct FrameDecodingTests {
         for full in frames {
             for extra in [[UInt8(0)], [0xFF, 0xFF, 0xFF]] {
                 let padded = lengthPrefix(full.count - 4 + extra.count) + full[4...] + extra
-                let expected = WireDecodingError.trailingBytes(
-                    message: MessageType(rawValue: full[4])!, count: extra.count)
+                let message = MessageType(rawValue: full[4])!
+                // After a notification's payload only an origin field may follow (PROTOCOL.md § 16): these bytes are
+                // read as one and found cut short. Malformed all the same.
+                let carriesOrigin = [MessageType.notification, .notificationMerged, .retained].contains(message)
+                let expected =
+                    carriesOrigin
+                    ? WireDecodingError.truncatedField(message: message, field: "origin_host")
+                    : WireDecodingError.trailingBytes(message: message, count: extra.count)
                 let error =
                     full[4] < 0x80
                     ? decodeOne(padded, as: ClientFrame.self).error : decodeOne(padded, as: ServerFrame.self).error

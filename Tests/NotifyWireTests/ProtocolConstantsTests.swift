@@ -36,7 +36,8 @@ struct ProtocolConstantsTests {
         }
         #expect(PostFlags.ackWanted.rawValue == 0x01)
         #expect(PostFlags.retain.rawValue == 0x02)
-        #expect(PostFlags.known.rawValue == 0x03)
+        #expect(PostFlags.origin.rawValue == 0x04)
+        #expect(PostFlags.known.rawValue == 0x07)
         #expect(SubscribeFlags.sendRetained.rawValue == 0x01)
         #expect(SubscribeFlags.known.rawValue == 0x01)
         #expect(QueryKind.status.rawValue == 1)

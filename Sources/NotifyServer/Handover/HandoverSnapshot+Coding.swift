@@ -30,8 +30,9 @@ package enum HandoverError: Error, Equatable, CustomStringConvertible {
 // upgrade by one release always keeps its clients.
 extension HandoverSnapshot {
     /// The version this daemon writes.
-    package static let formatVersion: UInt16 = 1
-    /// The oldest version this daemon reads (``formatVersion`` − 1 once there is one).
+    /// Format 2 added each connection's `HELLO` flags (after its client name).
+    package static let formatVersion: UInt16 = 2
+    /// The oldest version this daemon reads: ``formatVersion`` − 1.
     package static let oldestReadableVersion: UInt16 = 1
     static let magic: [UInt8] = Array("NTFYSNAP".utf8)
     /// Bytes before the body: magic, version, reserved, body length.
@@ -73,6 +74,7 @@ extension HandoverSnapshot {
             body.string(peer.command ?? "")
             body.u8(peer.phase.rawValue)
             body.string(peer.clientName)
+            body.u32(peer.helloFlags)
             body.u32(peer.suspendCount)
             body.u64(peer.merged)
             body.u64(peer.dropped)
@@ -165,6 +167,7 @@ extension HandoverSnapshot {
                 throw .malformed("connection \(number) is in unknown phase \(phaseCode)")
             }
             let clientName = try reader.string()
+            let helloFlags = version >= 2 ? try reader.u32() : 0
             let suspendCount = try reader.u32()
             let merged = try reader.u64()
             let dropped = try reader.u64()
@@ -187,7 +190,7 @@ extension HandoverSnapshot {
             peers.append(
                 PeerRecord(
                     cookie: cookie, number: number, credentials: credentials, groups: groups,
-                    command: hasCommand ? command : nil, phase: phase, clientName: clientName,
+                    command: hasCommand ? command : nil, phase: phase, clientName: clientName, helloFlags: helloFlags,
                     suspendCount: suspendCount, merged: merged, dropped: dropped, subscriptions: subscriptions,
                     outbound: try reader.byteField(), held: try reader.byteField(), inbound: try reader.byteField()))
         }

@@ -81,6 +81,8 @@ package struct HandoverSnapshot: Sendable, Equatable {
         package var phase: Phase
         /// The name it gave in `HELLO`.
         package var clientName: String
+        /// The flags it gave in `HELLO` (format 2; 0 when read from format 1).
+        package var helloFlags: UInt32
         /// The nesting depth of its `SUSPEND`s.
         package var suspendCount: UInt32
         /// Its counters.
@@ -98,7 +100,8 @@ package struct HandoverSnapshot: Sendable, Equatable {
 
         package init(
             cookie: UInt64, number: UInt64, credentials: SenderCredentials, groups: [UInt32], command: String?,
-            phase: Phase, clientName: String, suspendCount: UInt32, merged: UInt64, dropped: UInt64,
+            phase: Phase, clientName: String, helloFlags: UInt32 = 0, suspendCount: UInt32, merged: UInt64,
+            dropped: UInt64,
             subscriptions: [Subscription], outbound: [UInt8], held: [UInt8] = [], inbound: [UInt8]
         ) {
             self.cookie = cookie
@@ -108,6 +111,7 @@ package struct HandoverSnapshot: Sendable, Equatable {
             self.command = command
             self.phase = phase
             self.clientName = clientName
+            self.helloFlags = helloFlags
             self.suspendCount = suspendCount
             self.merged = merged
             self.dropped = dropped

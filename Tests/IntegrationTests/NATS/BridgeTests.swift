@@ -58,7 +58,11 @@ struct BridgeTests {
             try await nats.flush()
 
             // In: one good message, then one of each refusal, then a marker.
-            try nats.publish("notifyd.org.example.in", payload: ByteBuffer(string: "remote"))
+            let farOrigin = NATSHeaders([
+                ("Notifyd-Origin-Host", "far-host"), ("Notifyd-Origin-UID", "1234"), ("Notifyd-Origin-GID", "55"),
+                ("Notifyd-Origin-PID", "99"), ("Notifyd-Origin-Seq", "5"), ("Notifyd-Bridge-Seq", "1"),
+            ])
+            try nats.publish("notifyd.org.example.in", payload: ByteBuffer(string: "remote"), headers: farOrigin)
             try nats.publish("notifyd.org.reserved.x", payload: ByteBuffer(string: "forbidden"))
             try nats.publish("notifyd.org/example", payload: ByteBuffer(string: "not a name"))
             try nats.publish("notifyd.org.example.big", payload: ByteBuffer(repeating: 1, count: 1_040))
@@ -69,6 +73,13 @@ struct BridgeTests {
             #expect(local.withLock { $0.map(\.name) } == ["org.example.in", "org.example.marker"])
             #expect(local.withLock { $0.first?.payloadString } == "remote")
             #expect(local.withLock { $0.first?.sender.uid } == Self.nobody.uid, "posted by the bridge")
+            #expect(
+                local.withLock { $0.first?.origin }
+                    == NotificationOrigin(host: "far-host", uid: 1_234, gid: 55, pid: 99, sequence: 5),
+                "marked as remote, with the origin its headers gave")
+            #expect(
+                local.withLock { $0.last?.origin?.host } == "nats",
+                "a message from a plain NATS client is remote too")
             var counters = try await waitForCounter("import_refused", atLeast: 1, of: bridge)
             #expect(counters["imported"] == 3, "handed to the daemon, which refused one")
             #expect(counters["import_refused"] == 1)
@@ -79,7 +90,7 @@ struct BridgeTests {
             try center.post("org.example.out", text: "local")
             try center.post("org.example.toolarge", payload: [UInt8](repeating: 2, count: 1_000))
             try center.post("org.example.out2", text: "after")
-            let fromBridge = { remote.all.filter { $0.headers?["Notifyd-Origin-Host"] != nil } }
+            let fromBridge = { remote.all.filter { $0.headers?["Notifyd-Origin-Host"] == "test-host" } }
             _ = try await poll("two exports", timeout: 20) { fromBridge().count >= 2 ? true : nil }
             let messages = fromBridge()
             #expect(messages.map(\.subject) == ["notifyd.org.example.out", "notifyd.org.example.out2"])
