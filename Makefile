@@ -174,27 +174,29 @@ install: $(if $(PRODUCTS),,deps)
 	if [ -z "$$products" ]; then \
 	  $(SWIFT) build -c $(INSTALL_CONFIG) --product notifyd; \
 	  $(SWIFT) build -c $(INSTALL_CONFIG) --product notifyctl; \
+	  $(SWIFT) build -c $(INSTALL_CONFIG) --product notifyd-bridge; \
 	  products="$$($(SWIFT) build -c $(INSTALL_CONFIG) --show-bin-path)"; \
 	fi; \
 	root="$(DESTDIR)$(PREFIX)"; \
 	install -d "$$root/bin" "$$root/lib/systemd/system" "$$root/lib/systemd/user" \
 	  "$$root/share/man/man1" "$$root/share/man/man8" "$$root/share/doc/notifyd"; \
 	install -m 0755 "$$products/notifyd" "$$products/notifyctl" "$$root/bin/"; \
+	if [ -x "$$products/notifyd-bridge" ]; then install -m 0755 "$$products/notifyd-bridge" "$$root/bin/"; fi; \
 	for unit in notifyd.socket notifyd.service; do \
 	  sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "systemd/$$unit" > "$$root/lib/systemd/system/$$unit"; \
 	  sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "systemd/user/$$unit" > "$$root/lib/systemd/user/$$unit"; \
 	  chmod 0644 "$$root/lib/systemd/system/$$unit" "$$root/lib/systemd/user/$$unit"; \
 	done; \
-	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' systemd/notifyd-metrics.socket > "$$root/lib/systemd/system/notifyd-metrics.socket"; \
-	chmod 0644 "$$root/lib/systemd/system/notifyd-metrics.socket"; \
+	for unit in notifyd-metrics.socket notifyd-bridge.service; do \
+	  sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' "systemd/$$unit" > "$$root/lib/systemd/system/$$unit"; \
+	  chmod 0644 "$$root/lib/systemd/system/$$unit"; \
+	done; \
 	version="$$("$$products/notifyd" --version)"; \
 	systemd/help2man.sh "$$products/notifyd" 8 "$$version" "notifyctl(1)" "systemd.socket(5)" "sd_notify(3)" \
 	  > "$$root/share/man/man8/notifyd.8"; \
 	systemd/help2man.sh "$$products/notifyctl" 1 "$$version" "notifyd(8)" > "$$root/share/man/man1/notifyctl.1"; \
 	install -m 0644 README.md "$$root/share/doc/notifyd/"; \
-	if [ -f systemd/notifyd.conf.example ]; then \
-	  install -m 0644 systemd/notifyd.conf.example "$$root/share/doc/notifyd/"; \
-	fi; \
+	install -m 0644 systemd/notifyd.conf.example systemd/bridge.conf.example "$$root/share/doc/notifyd/"; \
 	echo "installed notifyd $$version under $$root"
 
 ## bench: notifyd side by side with Redis, dbus-broker, dbus-daemon and a C relay, in one run (release build in
