@@ -47,7 +47,8 @@ extension CenterCore {
             else { return false }
             // HELLO first, then every live subscription, pipelined without waiting for WELCOME.
             state.outbound.startConnection()
-            _ = state.outbound.append(.hello(.init(flags: HelloFlags.origins, clientName: configuration.clientName)))
+            let flags = HelloFlags.origins | (configuration.receivesOwnPosts ? 0 : HelloFlags.noEcho)
+            _ = state.outbound.append(.hello(.init(flags: flags, clientName: configuration.clientName)))
             for (key, id) in state.registry.daemonSubscriptions {
                 _ = state.sendRequest(.subscribe(pattern: key.pattern)) {
                     .subscribe(.init(requestID: $0, subscriptionID: id, policy: key.policy.wire, pattern: key.pattern))

@@ -24,6 +24,10 @@ extension NotifyCenter {
         /// Which user the daemon must run as before the center talks to it. Default: `$NOTIFYD_DAEMON_UID` (a
         /// uid, or `any`), else ``DaemonUser/sameUserOrRoot``.
         public var daemonUser: DaemonUser
+        /// Whether this center's observations receive the notifications it posts itself. Default: true. A relay
+        /// (`notifyd-bridge`) turns it off so the daemon never sends back what it posted; a daemon older than this
+        /// option sends them all the same.
+        public var receivesOwnPosts = true
 
         /// Creates a configuration; every parameter has the default described on its property.
         public init(

@@ -8,8 +8,9 @@ import NotifyNATS
 /// Carries notifications between the local daemon and NATS: `export` patterns out, `import` patterns in.
 ///
 /// Loops cannot form, however the patterns overlap across hosts: the bridge never exports a notification it
-/// posted itself (its sender pid is the bridge's), NATS never sends the bridge its own messages (`echo` off), and
-/// a message whose origin host is this one is never imported.
+/// posted itself (the daemon does not send it back: `HELLO`'s no-echo flag; and its sender pid would be the
+/// bridge's), NATS never sends the bridge its own messages (`echo` off), and a message whose origin host is this
+/// one is never imported.
 package final class Bridge: Sendable {
     package let configuration: BridgeConfiguration
     package let hostID: String
@@ -31,10 +32,13 @@ package final class Bridge: Sendable {
         self.hostID = hostID
         self.logger = logger
         mapping = try SubjectMapping(prefix: configuration.subjectPrefix)
-        center = NotifyCenter(
-            configuration: .init(
-                socketPath: configuration.socketPath, clientName: "notifyd-bridge", logger: logger,
-                whileDisconnected: .wait(timeout: 10)))
+        var local = NotifyCenter.Configuration(
+            socketPath: configuration.socketPath, clientName: "notifyd-bridge", logger: logger,
+            whileDisconnected: .wait(timeout: 10))
+        // The daemon keeps what the bridge imports from its exports; the sender check in export() is for a
+        // daemon older than that.
+        local.receivesOwnPosts = false
+        center = NotifyCenter(configuration: local)
         nats = NATSClient(
             configuration: .init(
                 servers: try configuration.natsURLs.map { try NATSServerAddress(url: $0) },

@@ -143,13 +143,16 @@ final class Broker {
     /// Collects every peer with a subscription matching `name` that may observe it into `recipients`, once per
     /// peer under its strongest matching subscription.
     private func collectRecipients(
-        of name: String, exactSubscribers: SubscriberIndex.Subscribers?, into recipients: inout [Recipient]
+        of name: String, exactSubscribers: SubscriberIndex.Subscribers?, poster: Peer?, into recipients: inout [Recipient]
     ) {
         routeMark &+= 1
         let mark = routeMark
+        // A poster that asked not to receive its own posts (HELLO's no-echo flag) is passed over.
+        let excluded = poster.flatMap { $0.excludesOwnPosts ? $0 : nil }
         let rule = access.mayBeRestricted(name) ? access.rule(for: name) : nil
         let restricted = rule.map { $0.observe != .all } ?? false
         index.forEachMatch(name: name, exactSubscribers: exactSubscribers) { subscriber in
+            if let excluded, subscriber.peer === excluded { return }
             let slot = subscriber.peer.slot
             if slots[slot].mark == mark {
                 let position = slots[slot].position
@@ -175,7 +178,7 @@ final class Broker {
     ///   carries it (PROTOCOL.md § 16), made only if one of them matches.
     func post(
         name: String, payload: ByteBuffer, sender: SenderCredentials, origin: RelayOrigin? = nil, retain: Bool,
-        exactSubscribers: SubscriberIndex.Subscribers?
+        exactSubscribers: SubscriberIndex.Subscribers?, poster: Peer? = nil
     ) -> (sequence: UInt64, delivered: UInt32) {
         endRun()
         lastSequence &+= 1
@@ -184,7 +187,7 @@ final class Broker {
         if retain {
             store.retain(name: name, payload: payload, sender: sender, sequence: sequence, accounts: accounts)
         }
-        collectRecipients(of: name, exactSubscribers: exactSubscribers, into: &recipients)
+        collectRecipients(of: name, exactSubscribers: exactSubscribers, poster: poster, into: &recipients)
         guard !recipients.isEmpty else { return (sequence, 0) }
         var frame = allocator.buffer(
             capacity: NotificationFrame.encodedLength(
@@ -246,7 +249,7 @@ final class Broker {
         if run.poster !== poster || ExactName(run.name) != ExactName(name) {
             endRun()
             run.open(poster: poster, name: name, generation: index.generation, reusing: slots[poster.slot].parked.take())
-            collectRecipients(of: name, exactSubscribers: exactSubscribers, into: &run.recipients)
+            collectRecipients(of: name, exactSubscribers: exactSubscribers, poster: poster, into: &run.recipients)
         }
         payload.withUnsafeReadableBytes { appendToRun($0) }
     }

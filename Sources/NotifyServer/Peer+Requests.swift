@@ -171,7 +171,7 @@ extension Peer {
         }
         let (sequence, delivered) = broker.post(
             name: post.name, payload: post.payload, sender: credentials, origin: post.origin, retain: retain,
-            exactSubscribers: subscribers)
+            exactSubscribers: subscribers, poster: self)
         if post.flags.contains(.ackWanted) {
             reply(.posted(requestID: post.requestID, sequence: sequence, deliveredCount: delivered))
         }

@@ -65,6 +65,8 @@ final class Peer {
     private(set) var helloFlags: UInt32 = 0
     /// Whether relayed posts reach it with their origin field (it asked in `HELLO`).
     var acceptsOrigins: Bool { helloFlags & HelloFlags.origins != 0 }
+    /// Whether its own posts are kept from it (it asked in `HELLO`).
+    var excludesOwnPosts: Bool { helloFlags & HelloFlags.noEcho != 0 }
     /// Replies exceed the queue's bound: its requests are not read until they drain.
     private(set) var isBackPressured = false
     /// The most full-path frames served in one turn so far (for tests: the bound holds).

@@ -170,6 +170,9 @@ package enum HelloFlags {
     /// The client understands an origin field after the payload of `NOTIFICATION`, `NOTIFICATION_MERGED` and
     /// `RETAINED` for relayed posts (PROTOCOL.md § 16); without it the daemon never sends one.
     package static let origins: UInt32 = 0x0000_0001
+    /// Posts made on this connection are never delivered back to it, whatever it subscribed to (NATS's `echo`
+    /// off): for a relay, which would only throw its own posts away.
+    package static let noEcho: UInt32 = 0x0000_0002
 }
 
 extension ClientFrame.Post {

@@ -95,4 +95,33 @@ struct RelayOriginTests {
             #expect(error.closesConnection, "\(label)")
         }
     }
+
+    @Test("a connection that asked for no echo never gets its own posts back (runs and acknowledged posts); others do")
+    func noEcho() throws {
+        let daemon = EmbeddedBroker()
+        let relay = try daemon.connect("relay")
+        try relay.send(.hello(ClientFrame.Hello(flags: HelloFlags.noEcho | HelloFlags.origins, clientName: "relay")))
+        _ = try relay.received()
+        try relay.subscribe("org.>", id: 1)
+        let echoing = try daemon.connect("echoing")
+        try echoing.hello()
+        try echoing.subscribe("org.>", id: 1)
+
+        // A run of fire-and-forget posts, an acknowledged one and a relayed one, from each.
+        for peer in [relay, echoing] {
+            try peer.send(
+                .post(ClientFrame.Post(requestID: 0x8000_0001, name: "org.a", payload: ByteBuffer(string: peer.name))),
+                .post(ClientFrame.Post(requestID: 0x8000_0002, name: "org.a", payload: ByteBuffer(string: peer.name))),
+                .post(ClientFrame.Post(requestID: 7, flags: .ackWanted, name: "org.b", payload: ByteBuffer(string: peer.name))),
+                relayedPost("org.c", peer.name))
+        }
+        func payloads(_ frames: [ServerFrame]) -> [String] {
+            frames.compactMap { if case .notification(let n) = $0 { String(buffer: n.payload) } else { nil } }
+        }
+        let toRelay = try relay.received()
+        let toEchoing = try echoing.received()
+        #expect(payloads(toRelay) == ["echoing", "echoing", "echoing", "echoing"], "none of its own: \(toRelay.map(\.summary))")
+        #expect(payloads(toEchoing) == ["relay", "relay", "relay", "relay", "echoing", "echoing", "echoing", "echoing"])
+        #expect(toRelay.contains { if case .posted(7, _, 1) = $0 { true } else { false } }, "delivered to the other one only")
+    }
 }
