@@ -209,6 +209,9 @@ bench: deps bench-deps
 	BENCH_COMMAND="make bench$(if $(BENCH_QUICK), BENCH_QUICK=$(BENCH_QUICK))" python3 Benchmarks/run.py
 	python3 Benchmarks/metrics_scrape.py $(CURDIR)/.build-bench/release/notifyd
 	python3 Benchmarks/restart_gap.py --notifyd $(CURDIR)/.build-bench/release/notifyd --clients 1000 --rate 1000
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) test-deps && $(SWIFT) build -c release --scratch-path .build-bench --product notifyd-bridge && \
+	  python3 Benchmarks/bridge_hosts.py --bench --bin $(CURDIR)/.build-bench/release; \
+	else echo "bridge_hosts.py --bench: skipped: network namespaces need root"; fi
 
 ## bench-deps: install the benchmark peers (apt-get, when run as root); otherwise say what is missing.
 bench-deps:
