@@ -115,7 +115,9 @@ let package = Package(
             dependencies: [
                 "Notify", "NotifyNATS", "NotifyWire",
                 .product(name: "Atomics", package: "swift-atomics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]

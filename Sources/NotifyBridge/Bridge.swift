@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 import Notify
 import NotifyNATS
 
@@ -20,6 +21,7 @@ package final class Bridge: Sendable {
     let counters = BridgeCounters()
     let observations = NIOLockedValueBox<[Observation]>([])
     let eventTasks = NIOLockedValueBox<[Task<Void, Never>]>([])
+    let metricsChannels = NIOLockedValueBox<[any Channel]>([])
     let logger: Logger
     /// The last `Notifyd-Bridge-Seq` seen from each other bridge (by host id).
     let lastSequence = NIOLockedValueBox<[String: UInt64]>([:])
@@ -74,6 +76,32 @@ package final class Bridge: Sendable {
         }
         for pattern in configuration.imports {
             _ = try nats.subscribe(mapping.subject(forPattern: pattern)) { [self] message in importMessage(message) }
+        }
+    }
+
+    /// The retained notification under which the bridge publishes its counters to local programs
+    /// (`notifyctl status` shows them): `notifyd-bridge.status.HOST`.
+    package var statusName: String { Self.statusPrefix + hostID }
+    /// The prefix of every bridge's status name.
+    package static let statusPrefix = "notifyd-bridge.status."
+
+    /// Posts the counters as the retained `statusName` (JSON) every `interval` seconds while they change, until
+    /// the task is cancelled.
+    package func publishStatus(every interval: Duration) async {
+        guard (try? NotifyCenter.validate(name: statusName)) != nil else {
+            logger.warning("host id \(hostID) does not make a valid name: no status for notifyctl status")
+            return
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        var last: BridgeStatistics?
+        while !Task.isCancelled {
+            let now = statistics
+            if now != last, let json = try? encoder.encode(BridgeStatus(host: hostID, statistics: now)) {
+                if (try? center.post(statusName, payload: Array(json), retain: true)) != nil { last = now }
+            }
+            try? await Task.sleep(for: interval)
         }
     }
 
@@ -173,10 +201,17 @@ package final class Bridge: Sendable {
         return statistics
     }
 
+    /// Serves the counters in the Prometheus text format on a Unix socket at `path` until ``close()``.
+    package func serveMetrics(at path: String) async throws {
+        let channel = try await BridgeMetrics.serve(at: path, bridge: self, group: MultiThreadedEventLoopGroup.singleton)
+        metricsChannels.withLockedValue { $0.append(channel) }
+    }
+
     /// Stops carrying and closes both connections.
     package func close() async {
         for observation in observations.withLockedValue({ $0 }) { observation.cancel() }
         for task in eventTasks.withLockedValue({ $0 }) { task.cancel() }
+        for channel in metricsChannels.withLockedValue({ $0 }) { try? await channel.close() }
         await nats.close()
         await center.close()
     }

@@ -37,6 +37,30 @@ package struct BridgeStatistics: Sendable, Equatable, Codable {
     package init() {}
 }
 
+/// What a bridge posts as its retained status: its host id and counters, flattened into one JSON object.
+package struct BridgeStatus: Codable, Equatable {
+    package var host: String
+    package var statistics: BridgeStatistics
+
+    package init(host: String, statistics: BridgeStatistics) {
+        self.host = host
+        self.statistics = statistics
+    }
+
+    package func encode(to encoder: any Encoder) throws {
+        try statistics.encode(to: encoder)
+        var container = encoder.container(keyedBy: Key.self)
+        try container.encode(host, forKey: .host)
+    }
+
+    package init(from decoder: any Decoder) throws {
+        statistics = try BridgeStatistics(from: decoder)
+        host = try decoder.container(keyedBy: Key.self).decode(String.self, forKey: .host)
+    }
+
+    private enum Key: String, CodingKey { case host }
+}
+
 /// The counters behind ``BridgeStatistics``, updated from the bridge's two I/O threads without a lock.
 final class BridgeCounters: Sendable {
     let exported = ManagedAtomic<UInt64>(0)

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Notify
+import Synchronization
 
 extension Notifyctl {
     struct Status: AsyncParsableCommand {
@@ -13,8 +14,15 @@ extension Notifyctl {
             try await reportingFailures {
                 let center = try await connection.connect()
                 let status = try await center.daemonStatus()
+                let bridges = try await BridgeStatusReader.read(from: center)
                 if json {
-                    StandardStreams.output(try JSONOutput.encode(status))
+                    // The daemon's document, plus "bridges": what each notifyd-bridge last reported.
+                    var object =
+                        try JSONSerialization.jsonObject(with: Data(try JSONOutput.encode(status).utf8)) as? [String: Any]
+                        ?? [:]
+                    object["bridges"] = bridges.map(\.object)
+                    let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+                    StandardStreams.output(String(decoding: data, as: UTF8.self))
                 } else {
                     let rows: [(String, String)] = [
                         ("version", status.version), ("instance", status.instanceID), ("pid", "\(status.pid)"),
@@ -30,6 +38,9 @@ extension Notifyctl {
                         ("memory", "\(status.residentMemoryBytes / 1024) KiB resident, \(status.outboundBytes) B queued, \(status.heldBytes) B held"),
                     ]
                     for (label, value) in rows { StandardStreams.output(label.padding(toLength: 28, withPad: " ", startingAt: 0) + value) }
+                    for bridge in bridges {
+                        StandardStreams.output("bridge".padding(toLength: 28, withPad: " ", startingAt: 0) + bridge.summary)
+                    }
                 }
                 await center.close()
             }
@@ -151,4 +162,44 @@ enum JSONOutput {
     }
 
     static func string(_ text: String) throws -> String { try encode(text) }
+}
+
+/// What each `notifyd-bridge` on this daemon last reported: the retained notifications under
+/// `notifyd-bridge.status.` (PROTOCOL.md § 16), read as current values.
+struct BridgeStatusReader {
+    struct Report {
+        var object: [String: Any]
+        var sender: SenderCredentials
+
+        /// One line: `web-1: NATS connected, exported 10, imported 4, …`.
+        var summary: String {
+            func count(_ key: String) -> Int { (object[key] as? NSNumber)?.intValue ?? 0 }
+            let host = TerminalText.escaped(object["host"] as? String ?? "?")
+            let connected = (object["nats_connected"] as? Bool) == true ? "NATS connected" : "NATS DISCONNECTED"
+            let lost = count("export_dropped") + count("export_lost_in_flight") + count("import_gaps") + count("import_lost")
+            return "\(host): \(connected), exported \(count("exported")), imported \(count("imported")), "
+                + "lost \(lost), refused \(count("import_refused") + count("import_invalid_name") + count("import_too_large") + count("export_too_large")), "
+                + "reconnects \(count("nats_reconnects")) (pid \(sender.pid) uid \(sender.uid))"
+        }
+    }
+
+    static func read(from center: NotifyCenter) async throws -> [Report] {
+        let received = Mutex<[(Data, SenderCredentials)]>([])
+        let observation = try center.observe(
+            "notifyd-bridge.status.>", on: .immediate, options: ObservationOptions(receivesCurrentValue: true)
+        ) { notification in
+            guard notification.isRetained else { return }
+            received.withLock { $0.append((notification.payloadData, notification.sender)) }
+        }
+        // Current values come before the subscription's answer, and a round trip comes after that.
+        try await center.synchronize()
+        observation.cancel()
+        let reports = received.withLock { $0 }.compactMap { data, sender -> Report? in
+            guard var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+            object["posted_by_pid"] = sender.pid
+            object["posted_by_uid"] = sender.uid
+            return Report(object: object, sender: sender)
+        }
+        return reports.sorted { ($0.object["host"] as? String ?? "") < ($1.object["host"] as? String ?? "") }
+    }
 }

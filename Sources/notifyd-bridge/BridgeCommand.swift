@@ -45,6 +45,9 @@ struct BridgeCommand: AsyncParsableCommand {
     @Option(help: "Mirror state values and retained notifications through this JetStream key-value bucket.")
     var kvBucket: String?
 
+    @Option(help: "Serve the counters in the Prometheus text format on this Unix socket (written on connect).")
+    var metricsSocket: String?
+
     @Option(name: .customLong("config"), help: "A configuration file (directives as the options, one per line).")
     var configFile: String?
 
@@ -84,8 +87,14 @@ struct BridgeCommand: AsyncParsableCommand {
         let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint, .sigusr1)
         let bridge = try Bridge(configuration: configuration, hostID: host, logger: logger)
         try bridge.start()
+        if let metricsSocket {
+            do { try await bridge.serveMetrics(at: metricsSocket) } catch {
+                throw ValidationError("cannot listen on \(metricsSocket): \(error)")
+            }
+        }
         logger.info(
             "bridging as host \(host): export \(configuration.exports), import \(configuration.imports), subjects under \(configuration.subjectPrefix).")
+        let status = Task { await bridge.publishStatus(every: .seconds(1)) }
         let readiness = Task {
             do {
                 try await bridge.waitUntilReady(timeout: 3600)
@@ -99,6 +108,7 @@ struct BridgeCommand: AsyncParsableCommand {
             if signal != .sigusr1 { break }
         }
         readiness.cancel()
+        status.cancel()
         await bridge.close()
     }
 

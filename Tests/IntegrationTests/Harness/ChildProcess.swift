@@ -145,6 +145,7 @@ final class ChildProcess: Sendable, CustomStringConvertible {
     var stdoutLines: [String] { box.state.withLock { $0.stdout.lines } }
     var stderrLines: [String] { box.state.withLock { $0.stderr.lines } }
     var stderrText: String { stderrLines.joined(separator: "\n") }
+    var stdoutText: String { stdoutLines.joined(separator: "\n") }
     /// `nil` while running.
     var termination: Termination? { box.state.withLock { $0.termination } }
     var isRunning: Bool { termination == nil }

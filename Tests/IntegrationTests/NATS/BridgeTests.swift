@@ -40,11 +40,18 @@ struct BridgeTests {
                 .write(toFile: notifydConfig, atomically: true, encoding: .utf8)
             _ = try await scope.startOpenDaemon(
                 ["--socket-mode", "666", "--config", notifydConfig, "--max-payload", "1000"])
-            // An unprivileged bridge, as its unit runs it: the daemon's access rules apply to what it imports.
+            // An unprivileged bridge, as its unit runs it: the daemon's access rules apply to what it imports. Its
+            // metrics socket goes in a directory it may write to.
+            let bridgeDirectory = scope.directory + "/bridge"
+            guard mkdir(bridgeDirectory, 0o700) == 0, chown(bridgeDirectory, Self.nobody.uid, Self.nobody.gid) == 0 else {
+                throw TestFailure("cannot make \(bridgeDirectory) for uid \(Self.nobody.uid)")
+            }
+            let metricsSocket = bridgeDirectory + "/metrics.sock"
             let bridge = try scope.launchAs(
                 uid: Self.nobody.uid, gid: Self.nobody.gid, .bridge,
                 ["--socket", scope.socketPath, "--nats", server.url, "--export", "org.example.>", "--import", ">",
-                 "--host-id", "test-host", "--max-pending-bytes", "5000", "--log-level", "debug"])
+                 "--host-id", "test-host", "--max-pending-bytes", "5000", "--log-level", "debug",
+                 "--metrics-socket", metricsSocket])
             defer { bridge.send(SIGKILL) }
             try await bridge.waitForLine(containing: "bridge ready")
 
@@ -104,6 +111,28 @@ struct BridgeTests {
             #expect(counters["export_too_large"] == 1)
             #expect(counters["export_skipped_own"] == 0, "the daemon kept the bridge's own imports from it (no-echo)")
 
+            // The bridge reports itself to local programs: notifyctl status shows its counters.
+            _ = try await poll("notifyctl status to show the bridge's exports", timeout: 20) { () async throws -> Bool? in
+                let run = try await scope.run(.notifyctl, ["status", "--json", "--socket", scope.socketPath])
+                guard let line = run.stdoutLines.first,
+                    let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                    let bridges = object["bridges"] as? [[String: Any]], bridges.count == 1
+                else { return nil }
+                let bridge = bridges[0]
+                guard (bridge["exported"] as? Int) == 2 else { return nil }
+                #expect(bridge["host"] as? String == "test-host")
+                #expect(bridge["import_refused"] as? Int == 1)
+                #expect(bridge["posted_by_uid"] as? Int == Int(Self.nobody.uid))
+                return true
+            }
+            // And to a Prometheus scraper, on its metrics socket.
+            let exposition = try Self.readAll(metricsSocket)
+            #expect(exposition.contains("notifyd_bridge_exported_total{host=\"test-host\"} 2"), "\(exposition)")
+            #expect(exposition.contains("notifyd_bridge_refused_total{host=\"test-host\",reason=\"daemon\"} 1"), "\(exposition)")
+            #expect(exposition.contains("notifyd_bridge_nats_connected{host=\"test-host\"} 1"), "\(exposition)")
+            let human = try await scope.run(.notifyctl, ["status", "--socket", scope.socketPath])
+            #expect(human.stdoutText.contains("test-host: NATS connected, exported 2, imported 3"), "\(human.diagnostics)")
+
             // NATS gone: local posts still reach local observers at once; exports wait, then are dropped and counted.
             try await server.kill()
             _ = try await poll("the bridge to see NATS gone", timeout: 20) {
@@ -146,5 +175,19 @@ struct BridgeTests {
             #expect(run.termination != .exited(0))
             #expect(run.stderrText.contains("configuration line 3: unknown directive 'frobnicate'"), "\(run.diagnostics)")
         }
+    }
+
+    /// Everything a Unix socket at `path` writes before it closes.
+    static func readAll(_ path: String) throws -> String {
+        let descriptor = try UnixSocketAddress.connectedDescriptor(path)
+        defer { close(descriptor) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+            if count <= 0 { break }
+            bytes += chunk[0..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
