@@ -248,6 +248,7 @@ static int handle_frame(const struct frame *f, struct wbuf *restore) {
     case FT_WELCOME:
         if (g.welcomed) return -1;
         g.welcomed = 1;
+        pthread_cond_broadcast(&g.cond);
         g.max_frame = f->max_frame > FT_MIN_MAX_FRAME ? f->max_frame : FT_MIN_MAX_FRAME;
         g.max_name = f->max_name && f->max_name < 255 ? f->max_name : 255;
         if (g.have_instance && memcmp(g.instance, f->instance, 16) != 0) {

@@ -97,6 +97,17 @@ uint32_t notifyd_sync(int timeout_ms) {
     LOCK();
     for (;;) {
         uint32_t st = nd_ensure_connected();
+        /* After WELCOME the reader has queued what a restarted daemon needs back (state values) ahead
+         * of anything we send now, so the PONG also means "restored". */
+        while (st == NOTIFY_STATUS_OK && !g.welcomed && g.fd >= 0) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 1;
+            pthread_cond_timedwait(&g.cond, &g.lock, &until);
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >= timeout_ms) break;
+        }
+        if (st == NOTIFY_STATUS_OK && !g.welcomed) st = NOTIFY_STATUS_SERVER_NOT_FOUND;
         if (st == NOTIFY_STATUS_OK) {
             struct nd_waiter w = {.id = nd_next_req()};
             struct wbuf b = {0};
