@@ -81,7 +81,7 @@ static void spawn(void) {
     if (pid == 0) {
         FILE *f = freopen(logpath, "a", stderr);
         (void)f;
-        execl(notifyd_bin(), "notifyd", "--socket", sock, "--config", conf, "--log", "stderr", "--log-level", "warning", (char *)NULL);
+        execl(notifyd_bin(), "notifyd", "--socket", sock, "--config", conf, "--log", "stderr", "--log-level", getenv("NOTIFYD_LOG_LEVEL") ? getenv("NOTIFYD_LOG_LEVEL") : "warning", (char *)NULL);
         fprintf(stderr, "cannot run %s: %s\n", notifyd_bin(), strerror(errno));
         _exit(127);
     }
