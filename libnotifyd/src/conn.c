@@ -365,11 +365,12 @@ static void *reader_main(void *arg) {
         struct wbuf restore = {0};
         size_t pos = 0;
         int bad = 0;
-        while (len - pos >= 4) {
-            uint32_t flen = w_get32(buf + pos);
-            if (flen == 0 || flen > g.max_frame) { nd_set_error("protocol error: frame length %u", flen); bad = 1; break; }
-            if (len - pos - 4 < flen) {
-                if (cap < (size_t)flen + 4) {
+        for (;;) {
+            uint32_t flen = 0;
+            int whole = w_split(buf + pos, len - pos, g.max_frame, &flen);
+            if (whole < 0) { nd_set_error("protocol error: frame length %u", w_get32(buf + pos)); bad = 1; break; }
+            if (!whole) {
+                if (flen && cap < (size_t)flen + 4) {
                     size_t nc = cap;
                     while (nc < (size_t)flen + 4 + 16384) nc *= 2;
                     uint8_t *nb = realloc(buf, nc);

@@ -177,3 +177,11 @@ void w_append_raw(struct wbuf *b, const uint8_t *p, size_t n) {
     b->len += n;
     b->data[b->len] = 0; /* keeps JSON answers NUL-terminated */
 }
+
+int w_split(const uint8_t *buf, size_t len, uint32_t max_frame, uint32_t *flen) {
+    if (len < 4) return 0;
+    uint32_t n = w_get32(buf);
+    if (n == 0 || n > max_frame) return -1; /* decided from the prefix alone (2) */
+    *flen = n;
+    return len - 4 >= n;
+}

@@ -47,5 +47,8 @@ uint32_t w_get32(const uint8_t *p);
 /* UTF-8 validity as PROTOCOL.md 3 defines it. */
 int w_utf8_valid(const uint8_t *s, size_t n);
 
+/* Framing (2): 1 when `buf` starts with a whole frame of body length *flen, 0 when more bytes are needed
+ * (*flen set once the prefix is known), -1 for a length of 0 or above max_frame. */
+int w_split(const uint8_t *buf, size_t len, uint32_t max_frame, uint32_t *flen);
 void w_append_raw(struct wbuf *b, const uint8_t *p, size_t n);
 #endif
