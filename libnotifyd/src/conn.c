@@ -329,9 +329,11 @@ static void sleep_locked(uint32_t ms) {
  * back-off (50 ms doubling to 2 s) for as long as this process has registrations or state to restore. */
 static void *reader_main(void *arg) {
     (void)arg;
-    size_t cap = 65536, len = 0;
-    uint8_t *buf = malloc(cap);
+    size_t len = 0;
     pthread_mutex_lock(&g.lock);
+    /* The buffer lives in g, not on this thread's stack, so that a forked child (which has no reader
+     * thread) can free it. */
+    if (!g.rbuf) { g.rcap = 65536; g.rbuf = malloc(g.rcap); }
     uint64_t gen = 0;
     for (;;) {
         if (g.fd < 0) {
@@ -345,15 +347,17 @@ static void *reader_main(void *arg) {
         }
         if (gen != g.gen) { gen = g.gen; len = 0; }
         int fd = g.fd;
-        pthread_mutex_unlock(&g.lock);
-        if (!buf) abort();
-        if (cap - len < 16384) {
-            uint8_t *nb = realloc(buf, cap * 2);
+        if (!g.rbuf) abort();
+        if (g.rcap - len < 16384) { /* under the lock: a fork must not see a freed buffer */
+            uint8_t *nb = realloc(g.rbuf, g.rcap * 2);
             if (!nb) abort();
-            buf = nb; cap *= 2;
+            g.rbuf = nb; g.rcap *= 2;
         }
+        uint8_t *dst = g.rbuf + len;
+        size_t room = g.rcap - len;
+        pthread_mutex_unlock(&g.lock);
         ssize_t r;
-        do r = read(fd, buf + len, cap - len); while (r < 0 && errno == EINTR);
+        do r = read(fd, dst, room); while (r < 0 && errno == EINTR);
         pthread_mutex_lock(&g.lock);
         if (gen != g.gen) continue;
         if (r <= 0) {
@@ -367,20 +371,20 @@ static void *reader_main(void *arg) {
         int bad = 0;
         for (;;) {
             uint32_t flen = 0;
-            int whole = w_split(buf + pos, len - pos, g.max_frame, &flen);
-            if (whole < 0) { nd_set_error("protocol error: frame length %u", w_get32(buf + pos)); bad = 1; break; }
+            int whole = w_split(g.rbuf + pos, len - pos, g.max_frame, &flen);
+            if (whole < 0) { nd_set_error("protocol error: frame length %u", w_get32(g.rbuf + pos)); bad = 1; break; }
             if (!whole) {
-                if (flen && cap < (size_t)flen + 4) {
-                    size_t nc = cap;
+                if (flen && g.rcap < (size_t)flen + 4) {
+                    size_t nc = g.rcap;
                     while (nc < (size_t)flen + 4 + 16384) nc *= 2;
-                    uint8_t *nb = realloc(buf, nc);
+                    uint8_t *nb = realloc(g.rbuf, nc);
                     if (!nb) abort();
-                    buf = nb; cap = nc;
+                    g.rbuf = nb; g.rcap = nc;
                 }
                 break;
             }
             struct frame f;
-            if (w_decode(buf + pos + 4, flen, &f) < 0) { nd_set_error("protocol error: malformed frame of type 0x%02x", buf[pos + 4]); bad = 1; break; }
+            if (w_decode(g.rbuf + pos + 4, flen, &f) < 0) { nd_set_error("protocol error: malformed frame of type 0x%02x", g.rbuf[pos + 4]); bad = 1; break; }
             if (handle_frame(&f, &restore) < 0) {
                 if (!g.last_error[0]) nd_set_error("protocol error: unexpected frame of type 0x%02x", f.type);
                 bad = 1;
@@ -388,7 +392,7 @@ static void *reader_main(void *arg) {
             }
             pos += 4 + flen;
         }
-        memmove(buf, buf + pos, len - pos);
+        memmove(g.rbuf, g.rbuf + pos, len - pos);
         len -= pos;
         if (bad) { drop_connection(); wbuf_free(&restore); continue; }
         if (restore.len) nd_send(&restore);

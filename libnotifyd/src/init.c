@@ -47,6 +47,8 @@ static void child(void) {
     g.gen++;
     g.welcomed = g.have_instance = 0;
     g.reader_running = g.cb_running = 0;
+    free(g.rbuf); /* the parent's reader thread's buffer */
+    g.rbuf = NULL;
     g.waiters = NULL; /* they lived on the stacks of threads the child does not have */
     htab_free(&g.tokens); /* every token is also on an entry's list or a queue */
     free_table(&g.entries, free_entry);

@@ -122,6 +122,8 @@ struct nd_global {
     pthread_t reader, cbthread;
     uint32_t backoff_ms, goodbye_ms;
     int conn_efd;
+    uint8_t *rbuf; /* the reader thread's receive buffer */
+    size_t rcap;
     char last_error[256];
 };
 extern struct nd_global g;

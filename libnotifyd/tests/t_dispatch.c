@@ -4,12 +4,14 @@
 #include <dispatch/dispatch.h>
 #include <stdatomic.h>
 
+static int t = NOTIFY_TOKEN_INVALID; /* a global: the handler must read the value the call stored */
+
 int main(void) {
     h_start_daemon();
     dispatch_queue_t queue = dispatch_queue_create("t_dispatch", DISPATCH_QUEUE_SERIAL);
     dispatch_semaphore_t sem = dispatch_semaphore_create(0);
     __block int calls = 0, wrong = 0, self_cancel_calls = 0, sentinel = 0;
-    int t, c, s;
+    int c, s;
     CHECK_OK(notify_register_dispatch("org.test.dispatch", &t, queue, ^(int token) {
         if (token != t) wrong++;
         calls++;
