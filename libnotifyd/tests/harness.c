@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 static pid_t daemon_pid = -1, owner_pid = -1;
+static uid_t daemon_uid = (uid_t)-1; /* run the daemon as this user (root only), or as ourselves */
 static char dir[200], sock[240], conf[240], logpath[240];
 
 long h_now_ms(void) {
@@ -79,6 +80,7 @@ static void spawn(void) {
     pid_t pid = fork();
     if (pid < 0) FAIL("fork: %s", strerror(errno));
     if (pid == 0) {
+        if (daemon_uid != (uid_t)-1 && (setgid((gid_t)daemon_uid) != 0 || setuid(daemon_uid) != 0)) _exit(126);
         FILE *f = freopen(logpath, "a", stderr);
         (void)f;
         execl(notifyd_bin(), "notifyd", "--socket", sock, "--config", conf, "--log", "stderr", "--log-level", getenv("NOTIFYD_LOG_LEVEL") ? getenv("NOTIFYD_LOG_LEVEL") : "warning", (char *)NULL);
@@ -96,7 +98,13 @@ static void spawn(void) {
     }
 }
 
+static void h_start_daemon_dir_only(void);
 void h_start_daemon(void) {
+    h_start_daemon_dir_only();
+    spawn();
+}
+
+static void h_start_daemon_dir_only(void) {
     owner_pid = getpid();
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *tmp = getenv("TMPDIR");
@@ -111,10 +119,17 @@ void h_start_daemon(void) {
     setenv("NOTIFYD_SOCKET", sock, 1);
     atexit(cleanup);
     signal(SIGPIPE, SIG_IGN);
-    spawn();
 }
 
 void h_restart_daemon(void) { spawn(); }
+
+void h_start_daemon_as(uid_t uid) {
+    daemon_uid = uid;
+    h_start_daemon_dir_only();
+    /* The daemon binds only in a directory of its own user (or root's, unwritable by others). */
+    if (chown(dir, uid, (gid_t)uid) != 0 || chown(conf, uid, (gid_t)uid) != 0) FAIL("chown: %s", strerror(errno));
+    spawn();
+}
 
 void h_kill_daemon(int sig) {
     if (daemon_pid <= 0) FAIL("no daemon to kill");

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/types.h>
 
 #define TIMEOUT_MS 20000 /* generous: valgrind is slow */
 
@@ -18,6 +19,8 @@ void h_fail(const char *file, int line, const char *fmt, ...) __attribute__((nor
 
 /* Starts a daemon on a fresh socket and points NOTIFYD_SOCKET at it; stopped at exit. */
 void h_start_daemon(void);
+/* The same, with the daemon running as another user (the test must run as root). */
+void h_start_daemon_as(uid_t uid);
 /* Starts the daemon again on the same socket (after h_kill_daemon). */
 void h_restart_daemon(void);
 /* Sends `sig` to the daemon and reaps it. */
