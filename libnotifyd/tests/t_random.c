@@ -78,7 +78,7 @@ int main(void) {
     long actions = env ? atol(env) : 100000;
     seed = getenv("SEED") ? (unsigned)atol(getenv("SEED")) : (unsigned)time(NULL);
     printf("RANDOM_ACTIONS=%ld SEED=%u\n", actions, seed);
-    max_tokens = TOKENS + actions / 5 + 100; /* a fifth of the actions re-register */
+    max_tokens = TOKENS + actions / 4 + 1000; /* a fifth of the actions re-register, on average */
     registered = calloc((size_t)max_tokens, sizeof *registered);
     h_start_daemon();
     signal(SIGURG, SIG_IGN);
