@@ -1,9 +1,11 @@
 /* t_self_fork: "self." names stay in the process (the daemon never hears of them); a forked child starts
  * with no registrations and can post; signals, with notify_check telling which name fired; and with no
- * daemon, calls fail with NOTIFY_STATUS_SERVER_NOT_FOUND instead of hanging. */
+ * daemon, calls fail with NOTIFY_STATUS_SERVER_NOT_FOUND instead of hanging; across exec only the read end
+ * of a descriptor token survives. */
 #define _GNU_SOURCE
 #include "harness.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -28,7 +30,14 @@ static int wait_child(pid_t pid, const char *what) {
     return WEXITSTATUS(status);
 }
 
+/* Descriptors without close-on-exec that the process had before the library made any. */
+static char inherited[1024];
+
 int main(void) {
+    for (int fd = 0; fd < (int)sizeof inherited; fd++) {
+        int flags = fcntl(fd, F_GETFD);
+        inherited[fd] = flags >= 0 && !(flags & FD_CLOEXEC);
+    }
     /* No daemon yet: prompt failure, not a hang (the child's deadline is the test). */
     pid_t pid = fork();
     if (pid == 0) {
@@ -70,7 +79,7 @@ int main(void) {
     CHECK(h_status("state_names") == 0, "the daemon saw no state");
 
     /* Signals: two names on one signal; notify_check tells which one fired. */
-    CHECK(pipe(sigpipe_fds) == 0);
+    CHECK(pipe2(sigpipe_fds, O_CLOEXEC) == 0);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGUSR1, &sa, NULL);
     int s1, s2;
@@ -108,6 +117,21 @@ int main(void) {
         CHECK_OK(notify_check(parent_token, &c));
         if (c) break; /* other deliveries (signals above) may have woken us first */
     }
+    /* exec: only the read end of a descriptor token survives (it is the program's); the connection,
+     * the write ends and the eventfds are close-on-exec. */
+    int fdtok, nfd = -1;
+    CHECK_OK(notify_register_file_descriptor("org.test.exec", &nfd, 0, &fdtok));
+    notifyd_queue_t *q = notifyd_queue_create();
+    CHECK(notifyd_queue_fd(q) >= 0 && notifyd_connection_fd() >= 0);
+    for (int fd = 0; fd < 1024; fd++) {
+        int flags = fcntl(fd, F_GETFD);
+        if (flags < 0 || (flags & FD_CLOEXEC) || inherited[fd]) continue;
+        CHECK(fd == nfd, "descriptor %d would survive exec", fd);
+    }
+    CHECK(!(fcntl(nfd, F_GETFD) & FD_CLOEXEC), "the read end is the program's, as on Darwin");
+    CHECK_OK(notify_cancel(fdtok));
+    CHECK_OK(notifyd_queue_destroy(q));
+
     /* The parent's connection survived the child's exit. */
     CHECK_OK(notify_post("org.test.fork"));
     CHECK_OK(notifyd_sync(TIMEOUT_MS));
