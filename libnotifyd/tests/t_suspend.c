@@ -1,5 +1,5 @@
 /* t_suspend: suspensions nest; posts while suspended are pended, and the last resume delivers exactly one
- * notification (descriptor, check and callback tokens). A sentinel name, not suspended, proves that all
+ * notification (descriptor, check and callback tokens); a waiting callback absorbs later posts. A sentinel name, not suspended, proves that all
  * posts have reached the process before each assertion. */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -81,6 +81,16 @@ int main(void) {
     barrier();
     CHECK_OK(notify_resume(t));
     expect_fd(fd, t, 0);
+
+    /* Coalescing without suspension: posts that arrive while the callback waits to run merge into it. */
+    notifyd_queue_run(q); /* the callback of the post above */
+    calls = 0;
+    merged = 0;
+    for (int i = 0; i < 100; i++) CHECK_OK(notify_post("org.test.suspend"));
+    barrier();
+    CHECK(notifyd_queue_run(q) == 1);
+    CHECK(calls == 1 && merged == 99, "%d callbacks, %llu merged", calls, (unsigned long long)merged);
+    expect_fd(fd, t, 100); /* a descriptor token gets each one (the pipe has room) */
 
     CHECK_OK(notify_cancel(t));
     CHECK_OK(notify_cancel(ct));
