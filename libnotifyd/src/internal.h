@@ -133,6 +133,10 @@ void nd_init(void); /* once per process: locks, atfork */
 #define UNLOCK() pthread_mutex_unlock(&g.lock)
 
 /* conn.c */
+uint32_t nd_connect_locked(void);                       /* lock held; g.fd < 0 */
+void nd_remove_waiter(struct nd_waiter *w);
+/* reader.c */
+void *nd_reader_main(void *arg);
 uint32_t nd_ensure_connected(void);                     /* lock held */
 uint32_t nd_send(struct wbuf *b);                        /* lock held (released during the write) */
 uint32_t nd_request(struct nd_waiter *w, struct wbuf *b); /* lock held; w->id set; waits for the reply */
@@ -150,7 +154,9 @@ void nd_token_unref(struct nd_token *t);
 void nd_route(const char *name, size_t name_len, const struct frame *f, int retained, struct nd_token *only);
 void nd_fire(struct nd_token *t);
 void nd_note_unref(struct nd_note *n);
+/* queue.c */
 void nd_start_callback_thread(void);
+void nd_queue_push(struct notifyd_queue *q, struct nd_token *t);
 void nd_free_token(struct nd_token *t);
 void nd_sub_free(struct nd_sub *s);
 
