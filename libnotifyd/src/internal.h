@@ -154,11 +154,11 @@ void nd_token_unref(struct nd_token *t);
 void nd_route(const char *name, size_t name_len, const struct frame *f, int retained, struct nd_token *only);
 void nd_fire(struct nd_token *t);
 void nd_note_unref(struct nd_note *n);
+void nd_free_token(struct nd_token *t);
+void nd_sub_free(struct nd_sub *s);
 /* queue.c */
 void nd_start_callback_thread(void);
 void nd_queue_push(struct notifyd_queue *q, struct nd_token *t);
-void nd_free_token(struct nd_token *t);
-void nd_sub_free(struct nd_sub *s);
-
+/* ext.c */
 int eventfd_cloexec(void);
 #endif

@@ -27,7 +27,8 @@ static const char *bin(const char *env, const char *def) {
     const char *v = getenv(env);
     return v && *v ? v : def;
 }
-static const char *notifyd_bin(void) { return bin("NOTIFYD", "../.build/debug/notifyd"); }
+static char daemon_copy[300]; /* set when the daemon runs from a copy another user can execute */
+static const char *notifyd_bin(void) { return daemon_copy[0] ? daemon_copy : bin("NOTIFYD", "../.build/debug/notifyd"); }
 const char *h_notifyctl(void) { return bin("NOTIFYCTL", "../.build/debug/notifyctl"); }
 const char *h_socket(void) { return sock; }
 
@@ -128,6 +129,11 @@ void h_start_daemon_as(uid_t uid) {
     h_start_daemon_dir_only();
     /* The daemon binds only in a directory of its own user (or root's, unwritable by others). */
     if (chown(dir, uid, (gid_t)uid) != 0 || chown(conf, uid, (gid_t)uid) != 0) FAIL("chown: %s", strerror(errno));
+    /* The build may sit where that user cannot reach it (a checkout under /root): run a copy. */
+    char copy[300];
+    snprintf(copy, sizeof copy, "%s/notifyd", dir);
+    if (h_sh("cp '%s' '%s' && chmod 755 '%s'", notifyd_bin(), copy, copy) != 0) FAIL("cannot copy %s", notifyd_bin());
+    snprintf(daemon_copy, sizeof daemon_copy, "%s", copy);
     spawn();
 }
 
