@@ -53,6 +53,26 @@ int main(void) {
     }
     CHECK(wait_child(pid, "no daemon") == 0, "no-daemon child");
 
+    /* The socket path when NOTIFYD_SOCKET is empty: /run/notifyd for root, else $XDG_RUNTIME_DIR/notifyd,
+     * else /tmp/notifyd-UID (PROTOCOL.md 1); the failure names the path it tried. */
+    const char *xdg_cases[] = {"/nonexistent-libnotifyd-test", NULL};
+    for (int k = 0; k < 2; k++) {
+        char want[128];
+        if (getuid() == 0) snprintf(want, sizeof want, "/run/notifyd/notifyd.sock");
+        else if (xdg_cases[k]) snprintf(want, sizeof want, "%s/notifyd/notifyd.sock", xdg_cases[k]);
+        else snprintf(want, sizeof want, "/tmp/notifyd-%u/notifyd.sock", (unsigned)getuid());
+        if (access(want, F_OK) == 0) continue; /* a real daemon lives there: leave it alone */
+        pid = fork();
+        if (pid == 0) {
+            setenv("NOTIFYD_SOCKET", "", 1);
+            if (xdg_cases[k]) setenv("XDG_RUNTIME_DIR", xdg_cases[k], 1); else unsetenv("XDG_RUNTIME_DIR");
+            if (notify_post("org.test.path") != NOTIFY_STATUS_SERVER_NOT_FOUND) _exit(1);
+            if (!strstr(notifyd_last_error(), want)) { fprintf(stderr, "%s: %s\n", want, notifyd_last_error()); _exit(2); }
+            _exit(0);
+        }
+        CHECK(wait_child(pid, "socket path") == 0, "the library looked for %s", want);
+    }
+
     h_start_daemon();
     int efd = notifyd_connection_fd();
     uint64_t posts_before = h_status("posts");
