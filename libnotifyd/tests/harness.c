@@ -78,6 +78,8 @@ static int can_connect(void) {
 }
 
 static void spawn(void) {
+    if (access(notifyd_bin(), X_OK) != 0)
+        FAIL("cannot run the daemon %s (%s): build it (swift build) or set NOTIFYD and NOTIFYCTL", notifyd_bin(), strerror(errno));
     pid_t pid = fork();
     if (pid < 0) FAIL("fork: %s", strerror(errno));
     if (pid == 0) {

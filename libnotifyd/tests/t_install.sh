@@ -14,6 +14,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL t_install: $*" >&2; exit 1; }
+[ -x "$NOTIFYD" ] && [ -x "$NOTIFYCTL" ] || fail "cannot run $NOTIFYD or $NOTIFYCTL: build them (swift build) or set NOTIFYD and NOTIFYCTL"
 
 make -s install BUILD=build/install-check SAN= PREFIX="$tmp/prefix" >/dev/null
 p="$tmp/prefix"
