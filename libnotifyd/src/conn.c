@@ -126,6 +126,7 @@ uint32_t nd_connect_locked(void) {
     g.welcomed = 0;
     g.max_frame = FT_MIN_MAX_FRAME;
     g.backoff_ms = 0;
+    g.goodbye_ms = 0; /* a GOODBYE delay is for the reconnection right after it */
     g.last_error[0] = 0;
     if (!g.reader_running) {
         pthread_attr_t attr;
