@@ -14,8 +14,11 @@ struct nd_global g = {
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-static void prepare(void) { pthread_mutex_lock(&g.lock); pthread_mutex_lock(&g.wlock); }
-static void parent(void) { pthread_mutex_unlock(&g.wlock); pthread_mutex_unlock(&g.lock); }
+/* Only the state lock is held across fork, not the write lock: a thread may be blocked in send() with it
+ * while the daemon waits for us to read, and the reader needs the state lock to go on reading. The child
+ * gets a fresh write lock instead (the thread that held it does not exist there). */
+static void prepare(void) { pthread_mutex_lock(&g.lock); }
+static void parent(void) { pthread_mutex_unlock(&g.lock); }
 
 static void free_table(struct htab *t, void (*f)(struct hnode *)) {
     for (size_t i = 0; i < t->cap; i++)
@@ -38,7 +41,7 @@ static void free_entry(struct hnode *n) {
 
 /* In the child: the threads are gone and the connection is the parent's. Drop everything. */
 static void child(void) {
-    pthread_mutex_unlock(&g.wlock);
+    pthread_mutex_init(&g.wlock, NULL);
     pthread_mutex_unlock(&g.lock);
     pthread_cond_init(&g.cond, NULL);
     pthread_cond_init(&g.cbcond, NULL);
