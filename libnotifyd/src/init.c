@@ -39,6 +39,16 @@ static void free_entry(struct hnode *n) {
     free(e);
 }
 
+/* Frees the tokens waiting on a queue (those not freed with their entry: see free_entry). */
+static void drop_queue(struct notifyd_queue *q) {
+    for (struct nd_token *t = q->head, *next; t; t = next) {
+        next = t->qnext;
+        t->queued = 0;
+        nd_free_token(t);
+    }
+    q->head = q->tail = NULL;
+}
+
 /* In the child: the threads are gone and the connection is the parent's. Drop everything. */
 static void child(void) {
     pthread_mutex_init(&g.wlock, NULL);
@@ -53,21 +63,17 @@ static void child(void) {
     free(g.rbuf); /* the parent's reader thread's buffer */
     g.rbuf = NULL;
     g.waiters = NULL; /* they lived on the stacks of threads the child does not have */
+    /* The read ends of descriptor tokens are the program's (Darwin leaves them open in the child too):
+     * freeing the tokens below closes only the library's write ends. */
+    for (struct nd_pipe *p = g.pipes; p; p = p->next) p->rfd = -1;
     htab_free(&g.tokens); /* every token is also on an entry's list or a queue */
     free_table(&g.entries, free_entry);
     g.patterns = NULL;
-    struct notifyd_queue *queues[1] = {&g.defq};
-    for (struct notifyd_queue *q = g.queues; ; q = q->next) {
-        struct notifyd_queue *cur = q ? q : queues[0];
-        for (struct nd_token *t = cur->head, *next; t; t = next) { next = t->qnext; t->queued = 0; nd_free_token(t); }
-        cur->head = cur->tail = NULL;
-        if (!q) break;
-    }
+    drop_queue(&g.defq);
+    for (struct notifyd_queue *q = g.queues; q; q = q->next) drop_queue(q); /* the queues stay the program's */
     free_table(&g.subs, free_sub);
     free_table(&g.states, free_state);
     free_table(&g.self_states, free_state);
-    /* Pipes left by tokens freed above are closed by them; any still listed were shared with queued
-     * tokens and are gone too. */
 }
 
 static void init_once(void) {

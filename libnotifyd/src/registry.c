@@ -36,7 +36,7 @@ void nd_note_unref(struct nd_note *n) {
 
 static void pipe_release(struct nd_pipe *p) {
     if (!p || --p->refs > 0) return;
-    close(p->rfd);
+    if (p->rfd >= 0) close(p->rfd); /* -1 in a forked child: the read end stays the program's */
     close(p->wfd);
     for (struct nd_pipe **pp = &g.pipes; *pp; pp = &(*pp)->next)
         if (*pp == p) { *pp = p->next; break; }

@@ -120,9 +120,15 @@ int main(void) {
     int parent_token;
     CHECK_OK(notify_register_check("org.test.fork", &parent_token));
     CHECK_OK(notify_check(parent_token, &c));
+    int pfd = -1, pfd_token;
+    CHECK_OK(notify_register_file_descriptor("org.test.fork.fd", &pfd, 0, &pfd_token));
     pid = fork();
     if (pid == 0) {
         if (notify_is_valid_token(parent_token)) _exit(10);
+        /* The read end stays open (it is the program's), but the child's library no longer knows it. */
+        if (fcntl(pfd, F_GETFD) == -1) _exit(14);
+        int again = pfd, t2;
+        if (notify_register_file_descriptor("org.test.fork.fd", &again, NOTIFY_REUSE, &t2) != NOTIFY_STATUS_INVALID_FILE) _exit(15);
         int ct;
         if (notify_register_check("org.test.fork.child", &ct) != NOTIFY_STATUS_OK) _exit(11);
         if (notify_post("org.test.fork") != NOTIFY_STATUS_OK) _exit(12);
@@ -130,6 +136,8 @@ int main(void) {
         _exit(0);
     }
     CHECK(wait_child(pid, "fork") == 0, "the forked child failed");
+    CHECK(fcntl(pfd, F_GETFD) != -1, "the parent's descriptor is untouched");
+    CHECK_OK(notify_cancel(pfd_token));
     for (;;) {
         h_wait_readable(efd, TIMEOUT_MS, "the child's post");
         uint64_t n;
