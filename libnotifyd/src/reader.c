@@ -118,8 +118,20 @@ static int handle_frame(const struct frame *f, struct wbuf *restore) {
         if (w && w->token) nd_route(f->name, f->name_len, f, 1, w->token);
         return 0;
     case FT_OVERFLOW:
-        /* Only NOTIFYD_POLICY_QUEUE subscriptions can lose notifications this way; notify(3) has no
-         * way to say so, and the next notification still arrives. */
+        /* Notifications of one subscription (or, for id 0, of any) were dropped. notify(3) can only say
+         * "something was posted": the check counters of the tokens concerned move, so notify_check reports
+         * true (a false positive is allowed; a silent loss would not be). Nothing else is delivered. */
+        for (size_t i = 0; i < g.tokens.cap; i++)
+            for (struct hnode *n = g.tokens.slots[i]; n; n = n->next) {
+                struct nd_token *t = container_of(n, struct nd_token, node);
+                if (f->sub_id == 0 || (t->sub && t->sub->id == f->sub_id))
+                    atomic_fetch_add_explicit(&t->posted, 1, memory_order_relaxed);
+            }
+        if (g.conn_efd >= 0) {
+            uint64_t one = 1;
+            ssize_t r = write(g.conn_efd, &one, sizeof one);
+            (void)r;
+        }
         return 0;
     default:
         return -1;
