@@ -14,7 +14,7 @@ HADOLINT ?= hadolint
 SYSTEM_PACKAGES := libsystemd-dev pkg-config
 BIN_DIR = $(shell $(SWIFT) build -c $(CONFIG) --show-bin-path)
 
-.PHONY: all deps test-deps build run test test-systemd test-bridge docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build soak
+.PHONY: all deps test-deps build run test test-systemd test-bridge test-c docs sanitize sanitize-address lint install clean bench bench-smoke bench-deps fuzz fuzz-smoke fuzz-build soak
 
 all: build
 
@@ -56,6 +56,7 @@ test: deps test-deps lint
 	$(MAKE) test-systemd SYSTEMD_TEST_BUILD=no
 	$(MAKE) test-bridge
 	$(MAKE) -C python check NOTIFYD=$(CURDIR)/.build/debug/notifyd
+	$(MAKE) test-c
 	$(MAKE) docs
 	$(MAKE) sanitize
 	$(MAKE) sanitize-address
@@ -66,7 +67,7 @@ test: deps test-deps lint
 ## test-deps: programs the tests drive besides the project's own (tmux, for notifyctl top in a real terminal;
 ## nats-server and iproute2's ip, for the NATS client and the bridge; the nats-py client from PyPI, as the reference
 ## NATS client); installed with apt-get and pip when run as root, otherwise named.
-TEST_PACKAGES := tmux nats-server iproute2
+TEST_PACKAGES := tmux nats-server iproute2 valgrind
 test-deps:
 	@python3 -c "import nats" 2>/dev/null || { \
 	  if [ "$$(id -u)" = "0" ]; then echo "installing: nats-py (pip)"; \
@@ -104,6 +105,17 @@ test-systemd: deps
 test-bridge: test-deps
 	@if [ "$$(id -u)" != 0 ]; then echo "test-bridge: skipped: network namespaces need root"; exit 0; fi; \
 	python3 Benchmarks/bridge_hosts.py --check --bin "$(BIN_DIR)"
+
+## test-c: libnotifyd (Darwin's notify(3) in C, libnotifyd/): its tests, under AddressSanitizer and
+## UndefinedBehaviorSanitizer, and under valgrind; then a C, a Swift and a Python program exchanging notifications
+## through one daemon (Tests/CrossLanguage). Uses the debug build `make test` made.
+test-c: test-deps
+	$(MAKE) -C libnotifyd test test-sanitize test-valgrind NOTIFYD=$(CURDIR)/.build/debug/notifyd \
+	  NOTIFYCTL=$(CURDIR)/.build/debug/notifyctl
+	$(MAKE) -C libnotifyd
+	$(CC) -std=c11 -Wall -Wextra -Werror -Ilibnotifyd/include Tests/CrossLanguage/c_peer.c libnotifyd/build/libnotifyd.a \
+	  -pthread -o libnotifyd/build/c_peer
+	python3 Tests/CrossLanguage/exchange.py --bin $(CURDIR)/.build/debug --c-peer libnotifyd/build/c_peer
 
 ## docs: the DocC documentation of the Notify library (Sources/Notify/Notify.docc), warnings as errors, so a
 ## broken link or an undocumented parameter fails `make test`. Output: .build-docs/Notify.doccarchive.
@@ -197,6 +209,7 @@ install: $(if $(PRODUCTS),,deps)
 	systemd/help2man.sh "$$products/notifyctl" 1 "$$version" "notifyd(8)" > "$$root/share/man/man1/notifyctl.1"; \
 	install -m 0644 README.md "$$root/share/doc/notifyd/"; \
 	install -m 0644 systemd/notifyd.conf.example systemd/bridge.conf.example "$$root/share/doc/notifyd/"; \
+	if [ -z "$(PRODUCTS)" ]; then $(MAKE) -C libnotifyd install PREFIX=$(PREFIX) DESTDIR=$(DESTDIR); fi; \
 	echo "installed notifyd $$version under $$root"
 
 ## bench: notifyd side by side with Redis, dbus-broker, dbus-daemon and a C relay, in one run (release build in
