@@ -198,6 +198,7 @@ let package = Package(
             dependencies: [
                 "NotifyNATS", "NotifyTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),

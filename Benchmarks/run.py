@@ -243,6 +243,10 @@ class System:
     def available(self) -> tuple[bool, str]:
         return True, ""
 
+    def runs(self, scenario: str) -> bool:
+        """Whether this system takes part in `scenario` (all do, but clients that cannot play every role)."""
+        return True
+
     def start(self) -> None:
         raise NotImplementedError
 
@@ -285,6 +289,20 @@ class Notifyd(System):
                           env=env, stdout=subprocess.DEVNULL)
         wait_for_socket(self.address, self.proc)
         self.pid = self.proc.pid
+
+
+class NotifydLib(Notifyd):
+    """notifyd through libnotifyd, the C library with Darwin's notify(3) API (libnotifyd/), as a C program using it
+    would: one connection per process, callbacks on an eventfd queue. Fan-out and round trips only: its one
+    connection per process cannot play the many-connection roles, and its callbacks merge what arrives while one
+    waits (Darwin's semantics), so flood counts would not compare."""
+    key, label, driver, client, server = "notifyd-libnotifyd", "notifyd (libnotifyd)", "libnotifyd", "c", "notifyd"
+
+    def available(self) -> tuple[bool, str]:
+        return (True, "") if self.ctx.libnotifyd_built else (False, "libnotifyd did not build")
+
+    def runs(self, scenario: str) -> bool:
+        return scenario in ("fanout", "rtt")
 
 
 class NotifydSwift(Notifyd):
@@ -510,7 +528,7 @@ class DbusBroker(System):
                     pass
 
 
-SYSTEM_CLASSES = [Notifyd, NotifydSwift, Relay, Redis, DbusBroker, DbusDaemon]
+SYSTEM_CLASSES = [Notifyd, NotifydSwift, NotifydLib, Relay, Redis, DbusBroker, DbusDaemon]
 ALT_CLASSES = [NotifydAlt, NotifydSwiftAlt]
 
 
@@ -591,6 +609,7 @@ class Context:
         self.relay = self.cbuild / "relay"
         self.malloccount = self.cbuild / "libmalloccount.so"
         self.vectors = self.cbuild / "vectors"
+        self.libnotifyd_built = False
         self.bin = None        # the root package's: notifyd, notify-alloc-bench
         self.bench_bin = None  # the benchmark package's: notify-bench
         self.notifyd = None
@@ -606,7 +625,10 @@ class Context:
 
 def build(ctx: Context) -> None:
     log("building the C drivers, relay and allocation counter")
-    subprocess.run(["make", "-s", "-C", str(BENCH / "C"), f"OUT={ctx.cbuild}"], check=True)
+    # libnotifyd first, so nbench can drive notifyd through it too (--system libnotifyd).
+    ctx.libnotifyd_built = subprocess.run(["make", "-s", "-C", str(ROOT / "libnotifyd")]).returncode == 0
+    libnotifyd = [f"LIBNOTIFYD={ROOT / 'libnotifyd'}"] if ctx.libnotifyd_built else []
+    subprocess.run(["make", "-s", "-C", str(BENCH / "C"), f"OUT={ctx.cbuild}", *libnotifyd], check=True)
     linked = subprocess.run(["ldd", str(ctx.nbench)], capture_output=True, text=True).stdout
     ctx.has_hiredis = "libhiredis" in linked
     ctx.has_sdbus = "libsystemd" in linked
@@ -2169,7 +2191,7 @@ def main() -> int:
         system = cls(ctx)
         if wanted_systems and cls.key not in wanted_systems:
             continue
-        if args.smoke and cls.key not in ("notifyd-c", "notifyd-swift", "relay"):
+        if args.smoke and cls.key not in ("notifyd-c", "notifyd-swift", "notifyd-libnotifyd", "relay"):
             ok, reason = system.available()
             if ok:
                 ok, reason = False, "not run by the smoke test"
@@ -2216,18 +2238,21 @@ def main() -> int:
                                        "failures": vec.stderr.strip()[-2000:]}
         log(vec.stdout.strip())
         notifyd = servers.get("notifyd")
+        def taking(scenario: str) -> list[System]:
+            return [system for system in systems if system.runs(scenario)]
+
         plan = {
-            "fanout": lambda: scenario_fanout(ctx, systems, results),
-            "rtt": lambda: scenario_rtt(ctx, systems, results),
-            "names": lambda: scenario_names(ctx, systems, results),
-            "patterns": lambda: scenario_patterns(ctx, systems, results),
-            "stopped": lambda: scenario_stopped(ctx, systems, results),
-            "connections": lambda: scenario_connections(ctx, systems, results),
+            "fanout": lambda: scenario_fanout(ctx, taking("fanout"), results),
+            "rtt": lambda: scenario_rtt(ctx, taking("rtt"), results),
+            "names": lambda: scenario_names(ctx, taking("names"), results),
+            "patterns": lambda: scenario_patterns(ctx, taking("patterns"), results),
+            "stopped": lambda: scenario_stopped(ctx, taking("stopped"), results),
+            "connections": lambda: scenario_connections(ctx, taking("connections"), results),
             "inproc": lambda: scenario_inproc(ctx, notifyd, results),
             "allocations": lambda: scenario_allocations(ctx, notifyd, results),
-            "unthrottled": lambda: scenario_unthrottled(ctx, systems, results),
-            "unthrottled_stopped": lambda: scenario_unthrottled_stopped(ctx, systems, results),
-            "hostile": lambda: scenario_hostile(ctx, systems, results),
+            "unthrottled": lambda: scenario_unthrottled(ctx, taking("unthrottled"), results),
+            "unthrottled_stopped": lambda: scenario_unthrottled_stopped(ctx, taking("unthrottled_stopped"), results),
+            "hostile": lambda: scenario_hostile(ctx, taking("hostile"), results),
         }
         watch = LoadWatch()
         log(f"load average before the scenarios: {watch.before[0]:.2f} {watch.before[1]:.2f} {watch.before[2]:.2f}"

@@ -40,6 +40,9 @@ extern const struct backend redis_backend;
 #ifdef HAVE_SDBUS
 extern const struct backend dbus_backend;
 #endif
+#ifdef HAVE_LIBNOTIFYD
+extern const struct backend libnotifyd_backend;
+#endif
 
 /* The delivery policy every SUBSCRIBE asks for, on systems that have one (notifyd: PROTOCOL.md § 6.2, § 9.4;
  * code 0 coalesce, 1 queue with `bench_queue_limit`, 2 disconnect). The relay parses and ignores it; Redis and

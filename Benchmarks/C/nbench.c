@@ -90,12 +90,19 @@ static const struct backend *pick_backend(const char *system) {
 #ifdef HAVE_SDBUS
     if (!strcmp(system, "dbus")) return &dbus_backend;
 #endif
+#ifdef HAVE_LIBNOTIFYD
+    if (!strcmp(system, "libnotifyd")) return &libnotifyd_backend;
+#endif
     die("system '%s' is not supported by this build", system);
 }
 
 void pattern_text(const struct backend *b, size_t i, char *out, size_t cap) {
     /* Half share the posted names' first label, half start with a wildcard; none matches "bench.fan". */
-    if (b == &notifyd_backend)
+    if (b == &notifyd_backend
+#ifdef HAVE_LIBNOTIFYD
+        || b == &libnotifyd_backend
+#endif
+    )
         snprintf(out, cap, i % 2 ? "*.q%zu.>" : "bench.p%zu.*", i);
     else
         snprintf(out, cap, i % 2 ? "*.q%zu.*" : "bench.p%zu.*", i);

@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import Notify
 import NotifyNATS
+import NotifyWire
 
 /// Carries notifications between the local daemon and NATS: `export` patterns out, `import` patterns in.
 ///
@@ -25,7 +26,15 @@ package final class Bridge: Sendable {
     let logger: Logger
     /// The last `Notifyd-Bridge-Seq` seen from each other bridge (by host id).
     let lastSequence = NIOLockedValueBox<[String: UInt64]>([:])
-    private let ownPID = UInt32(getpid())
+    /// This process's random id in `Notifyd-Bridge-Instance`: tells another bridge with the same host id apart.
+    let instance = String(UInt64.random(in: 1...UInt64.max), radix: 36)
+    private let warnedHostIDClash = NIOLockedValueBox(false)
+
+    private func warnHostIDClashOnce() {
+        guard warnedHostIDClash.withLockedValue({ warned in defer { warned = true }; return !warned }) else { return }
+        logger.error(
+            "another notifyd-bridge publishes as host id \(hostID): its messages are not imported; give each host its own --host-id")
+    }
 
     /// Creates the bridge and starts connecting both sides; nothing is carried before ``start()``.
     package init(configuration: BridgeConfiguration, hostID: String, logger: Logger) throws {
@@ -68,14 +77,24 @@ package final class Bridge: Sendable {
         }
         eventTasks.withLockedValue { $0.append(eventTask) }
         let options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
-        for pattern in configuration.exports {
-            let observation = try center.observe(pattern, on: .immediate, options: options) { [self] notification in
+        // Overlapping patterns (`>` and `org.>`) each receive a matching notification or message: only the first
+        // pattern that matches carries it, so nothing is exported or imported twice.
+        let exportPatterns = try configuration.exports.map { try NotificationPattern($0) }
+        for (index, pattern) in exportPatterns.enumerated() {
+            let earlier = Array(exportPatterns[..<index])
+            let observation = try center.observe(pattern.text, on: .immediate, options: options) { [self] notification in
+                if earlier.contains(where: { $0.matches(notification.name) }) { return }
                 export(notification)
             }
             observations.withLockedValue { $0.append(observation) }
         }
-        for pattern in configuration.imports {
-            _ = try nats.subscribe(mapping.subject(forPattern: pattern)) { [self] message in importMessage(message) }
+        let importSubjects = configuration.imports.map { mapping.subject(forPattern: $0) }
+        for (index, subject) in importSubjects.enumerated() {
+            let earlier = Array(importSubjects[..<index])
+            _ = try nats.subscribe(subject) { [self] message in
+                if earlier.contains(where: { NATSSubject.matches(subject: message.subject, pattern: $0) }) { return }
+                importMessage(message)
+            }
         }
     }
 
@@ -96,10 +115,20 @@ package final class Bridge: Sendable {
         encoder.outputFormatting = [.sortedKeys]
         encoder.keyEncodingStrategy = .convertToSnakeCase
         var last: BridgeStatistics?
+        var refusal: String?
         while !Task.isCancelled {
             let now = statistics
             if now != last, let json = try? encoder.encode(BridgeStatus(host: hostID, statistics: now)) {
-                if (try? center.post(statusName, payload: Array(json), retain: true)) != nil { last = now }
+                // Acknowledged: a refusal (a reserved prefix, the retained quota) answers this call, and is not
+                // mistaken for a refused import.
+                do {
+                    _ = try await center.postAndWait(statusName, payload: Array(json), retain: true)
+                    last = now
+                } catch {
+                    if refusal != "\(error)" { logger.warning("the daemon refused the bridge's status: \(error)") }
+                    refusal = "\(error)"
+                    last = now
+                }
             }
             try? await Task.sleep(for: interval)
         }
@@ -114,13 +143,9 @@ package final class Bridge: Sendable {
     }
 
     private func export(_ notification: ReceivedNotification) {
-        if notification.sender.pid == ownPID {
-            BridgeCounters.bump(counters.exportSkippedOwn)
-            return
-        }
         let origin = Origin(
             host: hostID, uid: notification.sender.uid, gid: notification.sender.gid, pid: notification.sender.pid,
-            sequence: notification.sequence, retained: notification.isRetained,
+            sequence: notification.sequence, instance: instance,
             bridgeSequence: counters.exportSequence.load(ordering: .relaxed) + 1)
         let payload = notification.withPayloadBytes { ByteBuffer(bytes: $0) }
         do {
@@ -140,8 +165,19 @@ package final class Bridge: Sendable {
     private func importMessage(_ message: NATSMessage) {
         let origin = Origin(headers: message.headers)
         if let origin {
+            // The daemon closes a connection whose origin host is empty or too long: refused here instead.
+            guard (1...RelayOrigin.maxHostLength).contains(origin.host.utf8.count) else {
+                BridgeCounters.bump(counters.importInvalidOrigin)
+                return
+            }
             if origin.host == hostID {
                 BridgeCounters.bump(counters.importSkippedOwn)
+                if origin.instance != instance, !origin.instance.isEmpty {
+                    // Not this process's message (NATS does not echo): another bridge uses the same host id, as
+                    // cloned machines sharing /etc/machine-id do. Counted and said, never silent.
+                    BridgeCounters.bump(counters.importHostIDClash)
+                    warnHostIDClashOnce()
+                }
                 return
             }
             countGap(before: origin)
@@ -183,7 +219,6 @@ package final class Bridge: Sendable {
     package var statistics: BridgeStatistics {
         var statistics = BridgeStatistics()
         statistics.exported = counters.exported.load(ordering: .relaxed)
-        statistics.exportSkippedOwn = counters.exportSkippedOwn.load(ordering: .relaxed)
         statistics.exportTooLarge = counters.exportTooLarge.load(ordering: .relaxed)
         statistics.exportDroppedByDaemon = counters.exportDroppedByDaemon.load(ordering: .relaxed)
         statistics.imported = counters.imported.load(ordering: .relaxed)
@@ -193,6 +228,8 @@ package final class Bridge: Sendable {
         statistics.importRefused = counters.importRefused.load(ordering: .relaxed)
         statistics.importLost = counters.importLost.load(ordering: .relaxed)
         statistics.importGaps = counters.importGaps.load(ordering: .relaxed)
+        statistics.importInvalidOrigin = counters.importInvalidOrigin.load(ordering: .relaxed)
+        statistics.importHostIDClash = counters.importHostIDClash.load(ordering: .relaxed)
         let nats = nats.statistics
         statistics.exportDropped = nats.dropped
         statistics.exportLostInFlight = nats.lostInFlight

@@ -39,6 +39,11 @@ package struct BridgeConfiguration: Sendable, Equatable {
         }
         _ = try SubjectMapping(prefix: subjectPrefix)
         if queueLimit == 0 { throw .invalidValue("queue-limit", "0") }
+        if let hostID, hostID.isEmpty || hostID.utf8.count > 255 || hostID.unicodeScalars.contains(where: {
+            $0.properties.isWhitespace || $0.properties.generalCategory == .control
+        }) {
+            throw .invalidValue("host-id (1 to 255 bytes, no spaces or control characters)", hostID)
+        }
         if let kvBucket { throw .unsupported("kv-bucket \(kvBucket): JetStream key-value mirroring is not implemented") }
     }
 

@@ -4,8 +4,6 @@ import Atomics
 package struct BridgeStatistics: Sendable, Equatable, Codable {
     /// Local notifications published to NATS.
     package var exported: UInt64 = 0
-    /// Local notifications the bridge itself posted (imports), not exported again.
-    package var exportSkippedOwn: UInt64 = 0
     /// Local notifications too large for the NATS server's `max_payload`.
     package var exportTooLarge: UInt64 = 0
     /// Exports dropped because NATS was unreachable or slow and the outbox was full.
@@ -16,8 +14,12 @@ package struct BridgeStatistics: Sendable, Equatable, Codable {
     package var exportDroppedByDaemon: UInt64 = 0
     /// NATS messages handed to the local daemon (``importRefused`` of them it refused afterwards).
     package var imported: UInt64 = 0
-    /// NATS messages this bridge had published itself, not posted again.
+    /// NATS messages whose origin is this host, not posted again.
     package var importSkippedOwn: UInt64 = 0
+    /// Of those, messages from another bridge with the same host id (cloned machines): a configuration error.
+    package var importHostIDClash: UInt64 = 0
+    /// NATS messages whose origin host header is empty or longer than 255 bytes.
+    package var importInvalidOrigin: UInt64 = 0
     /// NATS messages whose subject is not a valid name.
     package var importInvalidName: UInt64 = 0
     /// NATS messages larger than the local daemon's payload limit.
@@ -64,7 +66,6 @@ package struct BridgeStatus: Codable, Equatable {
 /// The counters behind ``BridgeStatistics``, updated from the bridge's two I/O threads without a lock.
 final class BridgeCounters: Sendable {
     let exported = ManagedAtomic<UInt64>(0)
-    let exportSkippedOwn = ManagedAtomic<UInt64>(0)
     let exportTooLarge = ManagedAtomic<UInt64>(0)
     let exportDroppedByDaemon = ManagedAtomic<UInt64>(0)
     let imported = ManagedAtomic<UInt64>(0)
@@ -74,6 +75,8 @@ final class BridgeCounters: Sendable {
     let importRefused = ManagedAtomic<UInt64>(0)
     let importLost = ManagedAtomic<UInt64>(0)
     let importGaps = ManagedAtomic<UInt64>(0)
+    let importInvalidOrigin = ManagedAtomic<UInt64>(0)
+    let importHostIDClash = ManagedAtomic<UInt64>(0)
     let exportSequence = ManagedAtomic<UInt64>(0)
 
     static func bump(_ counter: ManagedAtomic<UInt64>, by amount: UInt64 = 1) {

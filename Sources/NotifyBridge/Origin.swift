@@ -8,19 +8,22 @@ package struct Origin: Sendable, Equatable {
     package var gid: UInt32
     package var pid: UInt32
     package var sequence: UInt64
+    /// The exporting bridge process's random id (empty from an older bridge).
+    package var instance: String
     package var retained: Bool
     /// The exporting bridge's own count of what it published, 1, 2, 3…: a gap means messages lost on the way.
     package var bridgeSequence: UInt64
 
     package init(
-        host: String, uid: UInt32, gid: UInt32, pid: UInt32, sequence: UInt64, retained: Bool = false,
-        bridgeSequence: UInt64 = 0
+        host: String, uid: UInt32, gid: UInt32, pid: UInt32, sequence: UInt64, instance: String = "",
+        retained: Bool = false, bridgeSequence: UInt64 = 0
     ) {
         self.host = host
         self.uid = uid
         self.gid = gid
         self.pid = pid
         self.sequence = sequence
+        self.instance = instance
         self.retained = retained
         self.bridgeSequence = bridgeSequence
     }
@@ -36,6 +39,7 @@ package struct Origin: Sendable, Equatable {
         package static let sequence = "Notifyd-Origin-Seq"
         package static let retained = "Notifyd-Retained"
         package static let bridgeSequence = "Notifyd-Bridge-Seq"
+        package static let instance = "Notifyd-Bridge-Instance"
     }
 
     package var headers: NATSHeaders {
@@ -46,6 +50,7 @@ package struct Origin: Sendable, Equatable {
         headers.append(Header.pid, String(pid))
         headers.append(Header.sequence, String(sequence))
         headers.append(Header.bridgeSequence, String(bridgeSequence))
+        if !instance.isEmpty { headers.append(Header.instance, instance) }
         if retained { headers.append(Header.retained, "1") }
         return headers
     }
@@ -58,6 +63,7 @@ package struct Origin: Sendable, Equatable {
         gid = headers[Header.gid].flatMap { UInt32($0) } ?? UInt32.max
         pid = headers[Header.pid].flatMap { UInt32($0) } ?? 0
         sequence = headers[Header.sequence].flatMap { UInt64($0) } ?? 0
+        instance = headers[Header.instance] ?? ""
         retained = headers[Header.retained] == "1"
         bridgeSequence = headers[Header.bridgeSequence].flatMap { UInt64($0) } ?? 0
     }

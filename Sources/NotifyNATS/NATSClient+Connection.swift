@@ -125,9 +125,9 @@ extension NATSClient {
             switch state.phase {
             case .handshaking(let current, sentConnect: true) where current === channel:
                 state.phase = .ready(channel)
+                state.readySince = .now()
                 if state.everConnected { state.statistics.reconnects += 1 }
                 state.everConnected = true
-                state.failedAttempts = 0
                 let waiters = state.connectionWaiters
                 let pings = state.deferredPings
                 state.connectionWaiters = []
@@ -146,10 +146,11 @@ extension NATSClient {
                 logger.info("NATS: connected to \(server)")
                 eventContinuation.yield(.connected(server))
             }
-            waiters.forEach { $0.succeed() }
-            pings.forEach { sendPing(answering: $0) }
-            startKeepAlive(on: channel)
+            // What waited in the outbox goes first: once a waiter hears "connected", its next publish finds room.
             flushNow()
+            startKeepAlive(on: channel)
+            pings.forEach { sendPing(answering: $0) }
+            waiters.forEach { $0.succeed() }
         case .answered(let promise):
             promise?.succeed()
         case .ignored:
@@ -160,20 +161,22 @@ extension NATSClient {
     /// Sends a `PING` whose `PONG` completes `promise` (nil: a keep-alive).
     func sendPing(answering promise: EventLoopPromise<Void>?) {
         eventLoop.preconditionInEventLoop()
-        let channel = state.withLockedValue { state -> (any Channel)? in
-            if case .closed = state.phase {
-                promise?.fail(NATSClientError.closed)
-                return nil
-            }
+        enum Next { case closed, deferred, send(any Channel) }
+        let next = state.withLockedValue { state -> Next in
+            if case .closed = state.phase { return .closed }
             guard case .ready(let channel) = state.phase else {
                 if let promise { state.deferredPings.append(promise) }
-                return nil
+                return .deferred
             }
             state.pingWaiters.append(promise)
             if promise == nil { state.outstandingPings += 1 }
-            return channel
+            return .send(channel)
         }
-        guard let channel else { return }
+        // Promises are completed outside the lock: their callbacks may call back into the client.
+        guard case .send(let channel) = next else {
+            if case .closed = next { promise?.fail(NATSClientError.closed) }
+            return
+        }
         // Everything queued before this ping goes out first, so its PONG means the server saw it all.
         flushNow()
         var buffer = channel.allocator.buffer(capacity: 6)
@@ -238,14 +241,22 @@ extension NATSClient {
         let delay = state.withLockedValue { state -> TimeAmount? in
             guard state.phase.channel === channel else { return nil }
             let wasReady = state.phase.isReady
+            // A connection that served a while resets the backoff; one that a server drops at once (an
+            // authorization it revokes, a server restarting in a loop) counts as a failed attempt.
+            let lasted = state.readySince.map { NIODeadline.now() - $0 >= .seconds(1) } ?? false
+            state.readySince = nil
             state.phase = .idle
             state.control.clear()
             state.outstandingPings = 0
             state.flushScheduled = false
             state.deferredPings.append(contentsOf: state.pingWaiters.compactMap { $0 })
             state.pingWaiters = []
-            if !wasReady { state.failedAttempts += 1 }
-            return wasReady ? .zero : backoff(failures: state.failedAttempts)
+            if wasReady && lasted {
+                state.failedAttempts = 0
+                return configuration.reconnectInitialDelay
+            }
+            state.failedAttempts += 1
+            return backoff(failures: state.failedAttempts)
         }
         guard let delay else { return }
         logger.warning("NATS: connection lost: \(reason)")

@@ -179,9 +179,13 @@ public final class NATSClient: Sendable {
     /// - Throws: ``NATSClientError/timedOut(_:)`` when no answer comes within `timeout`, or
     ///   ``NATSClientError/closed``.
     public func flush(timeout: TimeAmount = .seconds(5)) async throws {
+        if state.withLockedValue({ $0.closeStarted }) { throw NATSClientError.closed }
         let promise = eventLoop.makePromise(of: Void.self)
         eventLoop.execute { self.sendPing(answering: promise) }
-        let timer = eventLoop.scheduleTask(in: timeout) { promise.fail(NATSClientError.timedOut("flush")) }
+        let timer = eventLoop.scheduleTask(in: timeout) {
+            self.state.withLockedValue { $0.forget(promise) }
+            promise.fail(NATSClientError.timedOut("flush"))
+        }
         defer { timer.cancel() }
         try await promise.futureResult.get()
     }
@@ -190,14 +194,16 @@ public final class NATSClient: Sendable {
     ///
     /// - Throws: ``NATSClientError/timedOut(_:)`` or ``NATSClientError/closed``.
     public func waitUntilConnected(timeout: TimeAmount = .seconds(10)) async throws {
-        let promise = state.withLockedValue { state -> EventLoopPromise<Void>? in
-            if state.phase.isReady { return nil }
+        let waiting = state.withLockedValue { state -> Result<EventLoopPromise<Void>?, NATSClientError> in
+            if state.closeStarted { return .failure(.closed) }
+            if state.phase.isReady { return .success(nil) }
             let promise = eventLoop.makePromise(of: Void.self)
             state.connectionWaiters.append(promise)
-            return promise
+            return .success(promise)
         }
-        guard let promise else { return }
+        guard let promise = try waiting.get() else { return }
         let timer = eventLoop.scheduleTask(in: timeout) {
+            self.state.withLockedValue { $0.forget(promise) }
             promise.fail(NATSClientError.timedOut("no NATS server reachable"))
         }
         defer { timer.cancel() }
@@ -206,6 +212,11 @@ public final class NATSClient: Sendable {
 
     /// Closes the connection, stops reconnecting, and fails what waits. Unsent messages are discarded.
     public func close() async {
+        let first = state.withLockedValue { state -> Bool in
+            defer { state.closeStarted = true }
+            return !state.closeStarted
+        }
+        guard first else { return }
         let promise = eventLoop.makePromise(of: Void.self)
         eventLoop.execute { self.shutDown(completing: promise) }
         try? await promise.futureResult.get()

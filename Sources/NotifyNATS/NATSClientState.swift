@@ -11,6 +11,14 @@ struct ClientState {
         case closed
 
         var isReady: Bool { if case .ready = self { true } else { false } }
+        /// Whether `SUB`/`UNSUB` go to the current connection's control queue: once the handshake's own
+        /// `SUB`s were written (they list the subscriptions as they were then), every later change must follow.
+        var takesControl: Bool {
+            switch self {
+            case .ready, .handshaking(_, sentConnect: true): true
+            default: false
+            }
+        }
         var channel: (any Channel)? {
             switch self {
             case .handshaking(let channel, _), .ready(let channel): channel
@@ -38,7 +46,13 @@ struct ClientState {
     var subscriptions: [UInt64: SubscriptionEntry] = [:]
     var nextSID: UInt64 = 1
     var pool: [NATSServerAddress]
+    /// The servers the configuration named: always in the pool; the rest is what the cluster announces now.
+    let configured: [NATSServerAddress]
     var nextServer = 0
+    /// When the current connection became ready: one that ends soon after counts as a failed attempt.
+    var readySince: NIODeadline?
+    /// `close()` was called (once is enough).
+    var closeStarted = false
     var failedAttempts = 0
     var everConnected = false
     var outstandingPings = 0
@@ -54,6 +68,7 @@ struct ClientState {
 
     init(configuration: NATSClient.Configuration) {
         pool = configuration.servers
+        configured = configuration.servers
         maxPendingBytes = configuration.maxPendingBytes
         let withCredentials = configuration.servers.first { $0.user != nil || $0.token != nil }
         user = withCredentials?.user
@@ -90,7 +105,7 @@ struct ClientState {
         let sid = nextSID
         nextSID += 1
         subscriptions[sid] = SubscriptionEntry(subject: subject, queueGroup: queueGroup, handler: handler)
-        if phase.isReady {
+        if phase.takesControl {
             NATSClientOperation.writeSubscribe(subject: subject, queueGroup: queueGroup, sid: sid, to: &control)
         }
         return .success(NATSClient.Subscription(sid: sid, subject: subject))
@@ -98,7 +113,7 @@ struct ClientState {
 
     mutating func removeSubscription(sid: UInt64) {
         guard subscriptions.removeValue(forKey: sid) != nil else { return }
-        if phase.isReady { NATSClientOperation.writeUnsubscribe(sid: sid, to: &control) }
+        if phase.takesControl { NATSClientOperation.writeUnsubscribe(sid: sid, to: &control) }
     }
 
     /// The handshake's batch: `CONNECT`, every live subscription, then a `PING` whose `PONG` ends the handshake.
@@ -115,12 +130,29 @@ struct ClientState {
         return buffer
     }
 
-    /// Adds servers a cluster announced (`host:port`), keeping the pool's order and no duplicates.
+    /// The pool becomes the configured servers and those the cluster announces now (`host:port`), without
+    /// duplicates: servers that left the cluster leave the pool, so reconnecting never crawls through dead ones.
     mutating func learn(connectURLs: [String]) {
+        guard !connectURLs.isEmpty else { return }
+        var servers = configured
         for url in connectURLs {
             guard var address = try? NATSServerAddress(url: url) else { continue }
             address.user = nil
-            if !pool.contains(where: { $0.host == address.host && $0.port == address.port }) { pool.append(address) }
+            if !servers.contains(where: { $0.host == address.host && $0.port == address.port }) { servers.append(address) }
+        }
+        if servers != pool {
+            // Keep trying where the rotation was, within the new list.
+            nextServer = nextServer % max(servers.count, 1)
+            pool = servers
+        }
+    }
+
+    /// Forgets a waiter whose caller stopped waiting (its timeout fired).
+    mutating func forget(_ promise: EventLoopPromise<Void>) {
+        connectionWaiters.removeAll { $0.futureResult === promise.futureResult }
+        deferredPings.removeAll { $0.futureResult === promise.futureResult }
+        for index in pingWaiters.indices where pingWaiters[index]?.futureResult === promise.futureResult {
+            pingWaiters[index] = nil  // the PONG still comes: keep its place in the order
         }
     }
 }

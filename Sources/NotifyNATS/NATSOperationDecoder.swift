@@ -11,6 +11,9 @@ package struct NATSOperationDecoder: ByteToMessageDecoder {
 
     /// The longest control line accepted, as the server's own default `max_control_line`.
     package static let maxControlLine = 4096
+    /// The largest message accepted: NATS's own ceiling for `max_payload`. A size above it is refused before a
+    /// byte of the message is buffered, so a broken or hostile server cannot make the client buffer without bound.
+    package static let maxMessageSize = 64 << 20
     private static let newline = UInt8(ascii: "\n")
 
     package init() {}
@@ -86,6 +89,7 @@ package struct NATSOperationDecoder: ByteToMessageDecoder {
         guard let sid = UInt64(fields[2]), let total = Int(fields[fields.count - 1]), total >= 0 else {
             throw .malformedOperation(line)
         }
+        guard total <= maxMessageSize else { throw .messageTooLarge(total, limit: maxMessageSize) }
         var headerSize = 0
         if hasHeaders {
             guard let size = Int(fields[fields.count - 2]), size >= 0, size <= total else {

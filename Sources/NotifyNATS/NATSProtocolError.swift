@@ -12,6 +12,8 @@ public enum NATSProtocolError: Error, Equatable, Sendable, CustomStringConvertib
     case malformedHeaders(String)
     /// An `INFO` whose JSON does not decode.
     case malformedInfo(String)
+    /// A message announced larger than any NATS server sends.
+    case messageTooLarge(Int, limit: Int)
 
     /// One line for logs.
     public var description: String {
@@ -22,6 +24,7 @@ public enum NATSProtocolError: Error, Equatable, Sendable, CustomStringConvertib
         case .missingPayloadTerminator(let subject): "a message on '\(subject)' without CRLF after its payload"
         case .malformedHeaders(let why): "malformed headers: \(why)"
         case .malformedInfo(let why): "malformed INFO: \(why)"
+        case .messageTooLarge(let size, let limit): "a message of \(size) bytes (the most a server sends is \(limit))"
         }
     }
 }

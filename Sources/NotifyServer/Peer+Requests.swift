@@ -155,6 +155,19 @@ extension Peer {
                 "payload of \(post.payload.readableBytes) bytes exceeds the limit of \(maxPayload) bytes")
             return
         }
+        if let origin = post.origin {
+            // The NOTIFICATION_MERGED of a relayed post carries the origin too: it must fit the frame limit every
+            // client enforces.
+            let merged = NotificationFrame.encodedLength(
+                nameByteCount: post.name.utf8.count, payloadByteCount: post.payload.readableBytes) + 8 + origin.encodedLength
+            let limit = Int(broker.configuration.limits.maxFrameLength) + ProtocolConstants.lengthPrefixSize
+            guard merged <= limit else {
+                reject(
+                    post.requestID, .payloadTooLarge,
+                    "with its origin, the notification of this payload would be a frame of \(merged - ProtocolConstants.lengthPrefixSize) bytes, over the limit of \(limit - ProtocolConstants.lengthPrefixSize)")
+                return
+            }
+        }
         if let denial = broker.access.checkPost(post.name, by: identity, action: "post") {
             logger.notice("post denied", metadata: ["name": "\(post.name)", "reason": "\(denial.message)"])
             reject(post.requestID, .permissionDenied, denial.message)

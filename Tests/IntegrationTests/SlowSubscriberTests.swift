@@ -63,7 +63,7 @@ extension Integration {
 
                 let started = ContinuousClock.now
                 let poster = Task {
-                    try await flood.post(to: socket)
+                    try await flood.post(to: socket, pacedBy: reader)
                 }
                 if continueWhenDisconnected {
                     try await daemon.waitForLine(containing: "disconnecting slow consumer", on: .stderr, timeout: 90)

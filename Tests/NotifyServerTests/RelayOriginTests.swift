@@ -18,8 +18,10 @@ struct RelayOriginTests {
         }
     }
 
-    private func relayedPost(_ name: String, _ text: String, requestID: UInt32 = 0x8000_0001) -> ClientFrame {
-        .post(ClientFrame.Post(requestID: requestID, name: name, payload: ByteBuffer(string: text), origin: Self.origin))
+    private func relayedPost(
+        _ name: String, _ text: String, requestID: UInt32 = 0x8000_0001, origin: RelayOrigin = Self.origin
+    ) -> ClientFrame {
+        .post(ClientFrame.Post(requestID: requestID, name: name, payload: ByteBuffer(string: text), origin: origin))
     }
 
     @Test("a connection that asked gets the origin after the payload; the others a plain NOTIFICATION of the same post")
@@ -64,7 +66,10 @@ struct RelayOriginTests {
         #expect(try aware.received().map(\.summary) == [ServerFrame.ok(requestID: 5).summary])
         let relay = try daemon.connect("relay")
         try relay.hello()
-        try relay.send(relayedPost("org.example.x", "1"), relayedPost("org.example.x", "2"))
+        var later = Self.origin
+        later.host = "web-2"
+        later.sequence = 78
+        try relay.send(relayedPost("org.example.x", "1"), relayedPost("org.example.x", "2", origin: later))
         _ = try relay.received()
         try aware.send(.resume(requestID: 6))
         let frames = try aware.received()
@@ -72,7 +77,7 @@ struct RelayOriginTests {
             Issue.record("expected OK then NOTIFICATION_MERGED: \(frames.map(\.summary))")
             return
         }
-        #expect(merged.origin == Self.origin)
+        #expect(merged.origin == later, "the latest post's origin, as its payload")
         #expect(String(buffer: merged.payload) == "2")
     }
 
@@ -123,5 +128,32 @@ struct RelayOriginTests {
         #expect(payloads(toRelay) == ["echoing", "echoing", "echoing", "echoing"], "none of its own: \(toRelay.map(\.summary))")
         #expect(payloads(toEchoing) == ["relay", "relay", "relay", "relay", "echoing", "echoing", "echoing", "echoing"])
         #expect(toRelay.contains { if case .posted(7, _, 1) = $0 { true } else { false } }, "delivered to the other one only")
+    }
+
+    @Test("a relayed post whose NOTIFICATION_MERGED would pass the frame limit with its origin is refused, not fatal")
+    func relayedPostNearTheFrameLimit() throws {
+        // Tight limits, as a configuration may set them: the longest notification exactly fills a frame.
+        let limits = ServerLimits(
+            maxNameLength: 1, maxPayloadLength: 66_520, maxFrameLength: 66_560, maxSubscriptions: 100)
+        #expect(limits.inconsistencies.isEmpty)
+        let daemon = EmbeddedBroker { $0.limits = limits }
+        let relay = try daemon.connect("relay")
+        try relay.hello()
+        // The POST (12 + name + payload + origin) fits the frame limit; its NOTIFICATION_MERGED (35 + …) would not.
+        let payload = 66_560 - 12 - 1 - Self.origin.encodedLength
+        try relay.send(
+            .post(
+                ClientFrame.Post(
+                    requestID: 9, flags: .ackWanted, name: "a", payload: ByteBuffer(repeating: 0, count: payload),
+                    origin: Self.origin)))
+        guard case .error(let error) = try relay.received().first else {
+            Issue.record("expected ERROR")
+            return
+        }
+        #expect(error.code == .payloadTooLarge && !error.closesConnection, "\(error)")
+        // Without its origin the same post is fine.
+        try relay.send(
+            .post(ClientFrame.Post(requestID: 10, flags: .ackWanted, name: "a", payload: ByteBuffer(repeating: 0, count: payload))))
+        #expect(try relay.received().map(\.summary) == [ServerFrame.posted(requestID: 10, sequence: 1, deliveredCount: 0).summary])
     }
 }

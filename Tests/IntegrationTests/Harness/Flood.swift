@@ -23,7 +23,11 @@ struct Flood: Sendable {
     /// Posts everything fire-and-forget on a fresh connection at full speed, in large writes, then waits for the
     /// `PONG` of a final `PING`: when this returns, the daemon has processed (fanned out) every post. Fails if the
     /// daemon answers anything but `WELCOME` and `PONG`.
-    func post(to path: String) async throws {
+    ///
+    /// With `reader`, the poster keeps at most `window` posts ahead of what that reader has received (or been told
+    /// it lost): a reader that must receive everything is then never outrun by a poster on a busy machine, where the
+    /// daemon would rightly merge for it, while every other subscriber (a stopped one) is still flooded.
+    func post(to path: String, pacedBy reader: FloodReader? = nil, window: Int = 10_000) async throws {
         let connection = try await TestClient.connect(to: path, name: "flood-poster")
         try await connection.hello()
         let encodedNames = names.map { Array($0.utf8) }
@@ -40,7 +44,18 @@ struct Flood: Sendable {
             batch.append(contentsOf: name)
             batch.append(contentsOf: [0, 0, 0, UInt8(payload.count)])
             batch.append(contentsOf: payload)
-            if batch.count >= 1 << 18 || index == total - 1 {
+            let batchLimit = reader == nil ? 1 << 18 : 1 << 16
+            if batch.count >= batchLimit || index == total - 1 {
+                if let reader {
+                    let ahead = index + 1 - window
+                    _ = try await poll(
+                        "the paced reader to come within \(window) posts of \(index + 1)", timeout: 60,
+                        interval: .milliseconds(1)
+                    ) {
+                        let reception = reader.reception
+                        return reception.received + Int(reception.lost) >= ahead ? true : nil
+                    }
+                }
                 try await connection.sendBuffer(ByteBuffer(bytes: batch), timeout: .seconds(60))
                 batch.removeAll(keepingCapacity: true)
             }

@@ -13,9 +13,15 @@ final class ReceivedMessages: Sendable {
 
     @discardableResult
     func wait(for count: Int, timeout: Double = 20) async throws -> [NATSMessage] {
-        try await poll("\(count) NATS message(s) (have \(all.count))", timeout: timeout) {
+        do {
+            return try await poll("\(count) NATS message(s)", timeout: timeout) {
+                let now = all
+                return now.count >= count ? now : nil
+            }
+        } catch {
             let now = all
-            return now.count >= count ? now : nil
+            let subjects = Dictionary(grouping: now, by: \.subject).mapValues(\.count)
+            throw TestFailure("\(error); received \(now.count): \(subjects)")
         }
     }
 }
@@ -134,14 +140,21 @@ struct NATSClientTests {
             #expect(accepted > 50 && accepted < 300, "the outbox should take about 100 messages, took \(accepted)")
             #expect(client.statistics.dropped == UInt64(300 - accepted))
 
-            _ = try await NATSServerProcess.start(in: scope, port: port)
+            // Kept in a variable to the end: releasing a ChildProcess kills its process.
+            let restarted = try await NATSServerProcess.start(in: scope, port: port)
             try await client.waitUntilConnected(timeout: .seconds(20))
             // Resubscribed: what waited in the outbox and what is published now both arrive.
             try client.publish("stream.after", payload: ByteBuffer(string: "2"))
-            let all = try await received.wait(for: 1 + accepted + 1)
+            let all: [NATSMessage]
+            do {
+                all = try await received.wait(for: 1 + accepted + 1)
+            } catch {
+                throw TestFailure("\(error); accepted \(accepted), statistics \(client.statistics)")
+            }
             #expect(all.filter { $0.subject == "stream.during" }.count == accepted)
             #expect(all.last?.subject == "stream.after")
             #expect(client.statistics.reconnects == 1)
+            #expect(restarted.child.isRunning)
             await client.close()
         }
     }
