@@ -107,10 +107,10 @@ test-bridge: test-deps
 	python3 Benchmarks/bridge_hosts.py --check --bin "$(BIN_DIR)"
 
 ## test-c: libnotifyd (Darwin's notify(3) in C, libnotifyd/): its tests, under AddressSanitizer and
-## UndefinedBehaviorSanitizer, and under valgrind; then a C, a Swift and a Python program exchanging notifications
+## UndefinedBehaviorSanitizer, and under valgrind, and 1,000 registrations with 1,000,000 random actions (stress); then a C, a Swift and a Python program exchanging notifications
 ## through one daemon (Tests/CrossLanguage). Uses the debug build `make test` made.
 test-c: test-deps
-	$(MAKE) -C libnotifyd test test-sanitize test-valgrind NOTIFYD=$(CURDIR)/.build/debug/notifyd \
+	$(MAKE) -C libnotifyd test test-sanitize test-valgrind stress NOTIFYD=$(CURDIR)/.build/debug/notifyd \
 	  NOTIFYCTL=$(CURDIR)/.build/debug/notifyctl
 	$(MAKE) -C libnotifyd
 	$(CC) -std=c11 -Wall -Wextra -Werror -Ilibnotifyd/include Tests/CrossLanguage/c_peer.c libnotifyd/build/libnotifyd.a \
