@@ -2,8 +2,8 @@
  * it: one connection per process, callbacks on a queue whose eventfd the driver polls.
  *
  * Darwin's semantics: notifications that reach a token while its callback is still waiting are merged into
- * that callback. Each callback therefore reports 1 + merged posts as received (the subscriber was told of all of
- * them, once); the lost count stays for drops the daemon reports. */
+ * that callback. A callback is one delivery, its merged posts are reported as lost (as a NOTIFICATION_MERGED is
+ * for the other notifyd clients). */
 #ifdef HAVE_LIBNOTIFYD
 #include "backend.h"
 
@@ -38,9 +38,7 @@ static void ln_callback(int token, const notifyd_notification_t *n, void *contex
     (void)token;
     conn *c = context;
     if (!c->fn) return;
-    size_t name_len = strlen(n->name);
-    for (uint64_t i = 0; i <= n->merged; i++)
-        c->fn(c->arg, n->name, name_len, n->payload, n->payload_length, 0);
+    c->fn(c->arg, n->name, strlen(n->name), n->payload, n->payload_length, n->merged);
 }
 
 static int ln_subscribe(conn *c, char **names, size_t n, int patterns, char *err, size_t errlen) {

@@ -30,6 +30,13 @@ package final class Bridge: Sendable {
     let instance = String(UInt64.random(in: 1...UInt64.max), radix: 36)
     private let warnedHostIDClash = NIOLockedValueBox(false)
 
+    /// Patterns (local) and subjects (NATS) whose subscription was refused: they carry nothing.
+    let refusedPatterns = NIOLockedValueBox<Set<String>>([])
+
+    private func isRefused(_ pattern: String) -> Bool {
+        refusedPatterns.withLockedValue { $0.contains(pattern) }
+    }
+
     private func warnHostIDClashOnce() {
         guard warnedHostIDClash.withLockedValue({ warned in defer { warned = true }; return !warned }) else { return }
         logger.error(
@@ -70,12 +77,31 @@ package final class Bridge: Sendable {
                     BridgeCounters.bump(counters.importLost, by: UInt64(count))
                 case .notificationsDropped(let count, _):
                     BridgeCounters.bump(counters.exportDroppedByDaemon, by: count)
+                case .requestRejected(let operation, let error) where operation.hasPrefix("subscribe to "):
+                    // An export pattern the daemon refused: it no longer shadows the later patterns it overlaps.
+                    let pattern = String(operation.dropFirst("subscribe to ".count))
+                    refusedPatterns.withLockedValue { _ = $0.insert(pattern) }
+                    logger.error("the daemon refused the export \(pattern): \(error)")
                 default:
                     break
                 }
             }
         }
         eventTasks.withLockedValue { $0.append(eventTask) }
+        let natsEvents = nats.events
+        let natsTask = Task { [refusedPatterns, logger] in
+            for await event in natsEvents {
+                // NATS refuses a subscription it does not permit with -ERR and keeps the connection: that import
+                // pattern no longer shadows the later ones it overlaps.
+                guard case .serverError(let text) = event, text.hasPrefix("Permissions Violation for Subscription to ")
+                else { continue }
+                let subject = text.dropFirst("Permissions Violation for Subscription to ".count)
+                    .trimmingCharacters(in: CharacterSet(charactersIn: "\" "))
+                refusedPatterns.withLockedValue { _ = $0.insert(subject) }
+                logger.error("NATS refused the import subscription \(subject)")
+            }
+        }
+        eventTasks.withLockedValue { $0.append(natsTask) }
         let options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
         // Overlapping patterns (`>` and `org.>`) each receive a matching notification or message: only the first
         // pattern that matches carries it, so nothing is exported or imported twice.
@@ -83,7 +109,7 @@ package final class Bridge: Sendable {
         for (index, pattern) in exportPatterns.enumerated() {
             let earlier = Array(exportPatterns[..<index])
             let observation = try center.observe(pattern.text, on: .immediate, options: options) { [self] notification in
-                if earlier.contains(where: { $0.matches(notification.name) }) { return }
+                if earlier.contains(where: { $0.matches(notification.name) && !isRefused($0.text) }) { return }
                 export(notification)
             }
             observations.withLockedValue { $0.append(observation) }
@@ -92,7 +118,9 @@ package final class Bridge: Sendable {
         for (index, subject) in importSubjects.enumerated() {
             let earlier = Array(importSubjects[..<index])
             _ = try nats.subscribe(subject) { [self] message in
-                if earlier.contains(where: { NATSSubject.matches(subject: message.subject, pattern: $0) }) { return }
+                if earlier.contains(where: { NATSSubject.matches(subject: message.subject, pattern: $0) && !isRefused($0) }) {
+                    return
+                }
                 importMessage(message)
             }
         }
@@ -124,10 +152,13 @@ package final class Bridge: Sendable {
                 do {
                     _ = try await center.postAndWait(statusName, payload: Array(json), retain: true)
                     last = now
-                } catch {
-                    if refusal != "\(error)" { logger.warning("the daemon refused the bridge's status: \(error)") }
-                    refusal = "\(error)"
+                } catch NotifyError.rejected(let code, let message) {
+                    // Refused (a reserved prefix, the retained quota): said once, tried again when counters change.
+                    if refusal != message { logger.warning("the daemon refused the bridge's status: \(message) (\(String(describing: code)))") }
+                    refusal = message
                     last = now
+                } catch {
+                    // Not connected, timed out: tried again at the next tick.
                 }
             }
             try? await Task.sleep(for: interval)
@@ -172,7 +203,7 @@ package final class Bridge: Sendable {
             }
             if origin.host == hostID {
                 BridgeCounters.bump(counters.importSkippedOwn)
-                if origin.instance != instance, !origin.instance.isEmpty {
+                if origin.instance != instance {
                     // Not this process's message (NATS does not echo): another bridge uses the same host id, as
                     // cloned machines sharing /etc/machine-id do. Counted and said, never silent.
                     BridgeCounters.bump(counters.importHostIDClash)

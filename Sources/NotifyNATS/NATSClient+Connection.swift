@@ -12,6 +12,7 @@ extension NATSClient {
             state.phase = .connecting
             let server = state.pool[state.nextServer % state.pool.count]
             state.nextServer += 1
+            state.currentServer = server
             return server
         }
         guard let target else { return }
@@ -132,8 +133,7 @@ extension NATSClient {
                 let pings = state.deferredPings
                 state.connectionWaiters = []
                 state.deferredPings = []
-                let server = state.pool[(state.nextServer - 1 + state.pool.count) % state.pool.count]
-                return .handshakeDone(waiters, pings, server)
+                return .handshakeDone(waiters, pings, state.currentServer)
             case .ready(let current) where current === channel:
                 return state.pingWaiters.isEmpty ? .ignored : .answered(state.pingWaiters.removeFirst())
             default:

@@ -49,6 +49,8 @@ struct ClientState {
     /// The servers the configuration named: always in the pool; the rest is what the cluster announces now.
     let configured: [NATSServerAddress]
     var nextServer = 0
+    /// The server of the current connection attempt or connection.
+    var currentServer: NATSServerAddress?
     /// When the current connection became ready: one that ends soon after counts as a failed attempt.
     var readySince: NIODeadline?
     /// `close()` was called (once is enough).
@@ -130,22 +132,31 @@ struct ClientState {
         return buffer
     }
 
-    /// The pool becomes the configured servers and those the cluster announces now (`host:port`), without
-    /// duplicates: servers that left the cluster leave the pool, so reconnecting never crawls through dead ones.
+    /// The pool becomes the configured servers, those the cluster announces now (`host:port`), then up to
+    /// ``maxDepartedServers`` that it announced before (last, as a last resort during a rolling restart), without
+    /// duplicates: reconnecting tries live servers first and never crawls through an ever-growing list.
     mutating func learn(connectURLs: [String]) {
         guard !connectURLs.isEmpty else { return }
         var servers = configured
+        func add(_ address: NATSServerAddress) {
+            if !servers.contains(where: { $0.host == address.host && $0.port == address.port }) { servers.append(address) }
+        }
         for url in connectURLs {
             guard var address = try? NATSServerAddress(url: url) else { continue }
             address.user = nil
-            if !servers.contains(where: { $0.host == address.host && $0.port == address.port }) { servers.append(address) }
+            add(address)
         }
+        let live = servers.count
+        for departed in pool where servers.count < live + Self.maxDepartedServers { add(departed) }
         if servers != pool {
             // Keep trying where the rotation was, within the new list.
             nextServer = nextServer % max(servers.count, 1)
             pool = servers
         }
     }
+
+    /// How many servers the cluster no longer announces stay in the pool.
+    static let maxDepartedServers = 8
 
     /// Forgets a waiter whose caller stopped waiting (its timeout fired).
     mutating func forget(_ promise: EventLoopPromise<Void>) {

@@ -25,15 +25,19 @@ struct NATSClientStateTests {
         #expect(String(buffer: state.control) == "SUB late 2\r\nUNSUB 1\r\n")
     }
 
-    @Test("the pool is the configured servers plus those the cluster announces now: departed servers leave it")
+    @Test("the pool: the configured servers, those the cluster announces now, then a few it announced before")
     func poolFollowsTheCluster() throws {
         var state = try state()
         state.learn(connectURLs: ["10.0.0.2:4222", "10.0.0.3:4222"])
         #expect(state.pool.map(\.description) == ["seed:4222", "10.0.0.2:4222", "10.0.0.3:4222"])
         state.learn(connectURLs: ["10.0.0.3:4222", "10.0.0.4:4222"])
-        #expect(state.pool.map(\.description) == ["seed:4222", "10.0.0.3:4222", "10.0.0.4:4222"])
+        #expect(state.pool.map(\.description) == ["seed:4222", "10.0.0.3:4222", "10.0.0.4:4222", "10.0.0.2:4222"])
         state.learn(connectURLs: [])
-        #expect(state.pool.count == 3, "an INFO without connect_urls changes nothing")
+        #expect(state.pool.count == 4, "an INFO without connect_urls changes nothing")
+        // A cluster that keeps changing: departed servers stay bounded.
+        for round in 0..<50 { state.learn(connectURLs: ["10.1.\(round).1:4222"]) }
+        #expect(state.pool.count == 1 + 1 + ClientState.maxDepartedServers)
+        #expect(state.pool[1].description == "10.1.49.1:4222", "the live server comes before the departed ones")
     }
 
     @Test("a message announced larger than any server sends is refused before it is buffered")

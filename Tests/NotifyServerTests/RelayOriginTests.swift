@@ -139,8 +139,16 @@ struct RelayOriginTests {
         let daemon = EmbeddedBroker { $0.limits = limits }
         let relay = try daemon.connect("relay")
         try relay.hello()
-        // The POST (12 + name + payload + origin) fits the frame limit; its NOTIFICATION_MERGED (35 + …) would not.
-        let payload = 66_560 - 12 - 1 - Self.origin.encodedLength
+        // NOTIFICATION_MERGED with the origin is 35 + name + payload + origin bytes after its length: the largest
+        // payload it fits is accepted, one byte more is refused (the POST itself would still fit).
+        let largest = 66_560 - 35 - 1 - Self.origin.encodedLength
+        try relay.send(
+            .post(
+                ClientFrame.Post(
+                    requestID: 8, flags: .ackWanted, name: "a", payload: ByteBuffer(repeating: 0, count: largest),
+                    origin: Self.origin)))
+        #expect(try relay.received().map(\.summary) == [ServerFrame.posted(requestID: 8, sequence: 1, deliveredCount: 0).summary])
+        let payload = largest + 1
         try relay.send(
             .post(
                 ClientFrame.Post(
@@ -154,6 +162,6 @@ struct RelayOriginTests {
         // Without its origin the same post is fine.
         try relay.send(
             .post(ClientFrame.Post(requestID: 10, flags: .ackWanted, name: "a", payload: ByteBuffer(repeating: 0, count: payload))))
-        #expect(try relay.received().map(\.summary) == [ServerFrame.posted(requestID: 10, sequence: 1, deliveredCount: 0).summary])
+        #expect(try relay.received().map(\.summary) == [ServerFrame.posted(requestID: 10, sequence: 2, deliveredCount: 0).summary])
     }
 }
