@@ -23,8 +23,7 @@ extension CenterCore {
                 if let origin {
                     // What the daemon checks for a relayed post (PROTOCOL.md § 16.1): its largest frame, the
                     // NOTIFICATION_MERGED with the origin, within the frame limit.
-                    let frame = NotificationFrame.encodedLength(nameByteCount: name.utf8.count, payloadByteCount: payload.count)
-                        + 8 + origin.encodedLength - ProtocolConstants.lengthPrefixSize
+                    let frame = origin.largestFrameLength(nameByteCount: name.utf8.count, payloadByteCount: payload.count)
                     if frame > Int(state.limits.maxFrameLength) {
                         throw NotifyError.payloadTooLarge(
                             size: payload.count, limit: payload.count - (frame - Int(state.limits.maxFrameLength)))

@@ -158,13 +158,13 @@ extension Peer {
         if let origin = post.origin {
             // The NOTIFICATION_MERGED of a relayed post carries the origin too: it must fit the frame limit every
             // client enforces.
-            let merged = NotificationFrame.encodedLength(
-                nameByteCount: post.name.utf8.count, payloadByteCount: post.payload.readableBytes) + 8 + origin.encodedLength
-            let limit = Int(broker.configuration.limits.maxFrameLength) + ProtocolConstants.lengthPrefixSize
+            let merged = origin.largestFrameLength(
+                nameByteCount: post.name.utf8.count, payloadByteCount: post.payload.readableBytes)
+            let limit = Int(broker.configuration.limits.maxFrameLength)
             guard merged <= limit else {
                 reject(
                     post.requestID, .payloadTooLarge,
-                    "with its origin, the notification of this payload would be a frame of \(merged - ProtocolConstants.lengthPrefixSize) bytes, over the limit of \(limit - ProtocolConstants.lengthPrefixSize)")
+                    "with its origin, the notification of this payload would be a frame of \(merged) bytes, over the limit of \(limit)")
                 return
             }
         }

@@ -32,6 +32,14 @@ package struct RelayOrigin: Sendable, Hashable {
     /// The field's size on the wire: host (u16 + bytes), uid, gid, pid (u32 each), sequence (u64).
     package var encodedLength: Int { 2 + host.utf8.count + 12 + 8 }
 
+    /// The length (after the length prefix) of the largest frame a relayed post with this origin becomes: its
+    /// `NOTIFICATION_MERGED` (merged count, fixed fields, name, payload, origin). The daemon refuses, and the library
+    /// does not send, a relayed post for which it exceeds `max_frame_length` (PROTOCOL.md § 16.1).
+    package func largestFrameLength(nameByteCount: Int, payloadByteCount: Int) -> Int {
+        NotificationFrame.encodedLength(nameByteCount: nameByteCount, payloadByteCount: payloadByteCount)
+            - ProtocolConstants.lengthPrefixSize + 8 + encodedLength
+    }
+
     /// Appends the field.
     package func encode(into buffer: inout ByteBuffer) {
         buffer.writeWireString(host)
