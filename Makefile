@@ -45,8 +45,9 @@ run: build
 	exec $(BIN_DIR)/notifyd $(ARGS)
 
 ## test: build and run every test, then the client-library and integration tests under ThreadSanitizer, then a short
-## run of every benchmark (bench-smoke), a short soak (Benchmarks/soak.py: random clients, then every table empty)
-## and a short run of every fuzz target (fuzz-smoke). The benchmark package
+## run of every benchmark (bench-smoke), a short soak (Benchmarks/soak.py: random clients, then every table empty),
+## the metrics check (promtool on a scrape, its size the same with 19,900 clients as with none) and a short run of
+## every fuzz target (fuzz-smoke). The benchmark package
 ## (Benchmarks/Package.swift) is built next to the tests, where bench-smoke finds it, so a change to the library
 ## that breaks notify-bench fails here.
 test: deps test-deps lint
@@ -62,19 +63,21 @@ test: deps test-deps lint
 	$(MAKE) sanitize-address
 	$(MAKE) bench-smoke BENCH_SMOKE_ARGS=--no-swift-build
 	python3 Benchmarks/soak.py .build/debug/notifyd --clients 200 --operations 50000 --rounds 2 --stoppable 4 --rss-limit -1
+	python3 Benchmarks/metrics_scrape.py .build/debug/notifyd --connections 19900 --subscriptions 1 --scrapes 5 --check
 	$(MAKE) fuzz-smoke
 
 ## test-deps: programs the tests drive besides the project's own (tmux, for notifyctl top in a real terminal;
 ## nats-server and iproute2's ip, for the NATS client and the bridge; the nats-py client from PyPI, as the reference
-## NATS client); installed with apt-get and pip when run as root, otherwise named.
-TEST_PACKAGES := tmux nats-server iproute2 valgrind
+## NATS client; prometheus's promtool, which checks the metrics exposition); installed with apt-get and pip when run as
+## root, otherwise named.
+TEST_PACKAGES := tmux nats-server iproute2 valgrind prometheus
 test-deps:
 	@python3 -c "import nats" 2>/dev/null || { \
 	  if [ "$$(id -u)" = "0" ]; then echo "installing: nats-py (pip)"; \
 	    python3 -m pip install --quiet --disable-pip-version-check nats-py >/dev/null; \
 	  else echo "missing the nats-py client (install it: pip install nats-py)" >&2; exit 1; fi; }
 	@missing=""; for tool in $(TEST_PACKAGES); do \
-	  case $$tool in iproute2) probe=ip;; *) probe=$$tool;; esac; \
+	  case $$tool in iproute2) probe=ip;; prometheus) probe=promtool;; *) probe=$$tool;; esac; \
 	  command -v $$probe >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
@@ -220,6 +223,7 @@ BENCH_PACKAGES := redis-server libhiredis-dev dbus-broker dbus-daemon systemd li
 bench: deps bench-deps
 	ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true; \
 	BENCH_COMMAND="make bench$(if $(BENCH_QUICK), BENCH_QUICK=$(BENCH_QUICK))" python3 Benchmarks/run.py
+	@command -v promtool >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || $(MAKE) test-deps
 	python3 Benchmarks/metrics_scrape.py $(CURDIR)/.build-bench/release/notifyd
 	python3 Benchmarks/restart_gap.py --notifyd $(CURDIR)/.build-bench/release/notifyd --clients 1000 --rate 1000
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) test-deps && $(SWIFT) build -c release --scratch-path .build-bench --product notifyd-bridge && \
