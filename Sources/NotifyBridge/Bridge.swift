@@ -33,8 +33,14 @@ package final class Bridge: Sendable {
     /// Patterns (local) and subjects (NATS) whose subscription was refused: they carry nothing.
     let refusedPatterns = NIOLockedValueBox<Set<String>>([])
 
-    private func isRefused(_ pattern: String) -> Bool {
-        refusedPatterns.withLockedValue { $0.contains(pattern) }
+    /// Whether a pattern listed before this one, and not refused, already carries what `matches` accepts: overlapping
+    /// patterns (`>` and `org.>`) each receive it, and only the first one carries it.
+    private func carriedEarlier<Pattern>(
+        by earlier: [Pattern], text: (Pattern) -> String, _ matches: (Pattern) -> Bool
+    ) -> Bool {
+        earlier.contains { pattern in
+            matches(pattern) && !refusedPatterns.withLockedValue { $0.contains(text(pattern)) }
+        }
     }
 
     private func warnHostIDClashOnce() {
@@ -71,12 +77,12 @@ package final class Bridge: Sendable {
             for await event in events {
                 switch event {
                 case .requestRejected(operation: "post", let error):
-                    BridgeCounters.bump(counters.importRefused)
+                    counters.bump(.importRefused)
                     logger.warning("the daemon refused an imported post: \(error)")
                 case .postsExpired(let count):
-                    BridgeCounters.bump(counters.importLost, by: UInt64(count))
+                    counters.bump(.importLost, by: UInt64(count))
                 case .notificationsDropped(let count, _):
-                    BridgeCounters.bump(counters.exportDroppedByDaemon, by: count)
+                    counters.bump(.exportDroppedByDaemon, by: count)
                 case .requestRejected(let operation, let error) where operation.hasPrefix("subscribe to "):
                     // An export pattern the daemon refused: it no longer shadows the later patterns it overlaps.
                     let pattern = String(operation.dropFirst("subscribe to ".count))
@@ -103,13 +109,11 @@ package final class Bridge: Sendable {
         }
         eventTasks.withLockedValue { $0.append(natsTask) }
         let options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
-        // Overlapping patterns (`>` and `org.>`) each receive a matching notification or message: only the first
-        // pattern that matches carries it, so nothing is exported or imported twice.
         let exportPatterns = try configuration.exports.map { try NotificationPattern($0) }
         for (index, pattern) in exportPatterns.enumerated() {
             let earlier = Array(exportPatterns[..<index])
             let observation = try center.observe(pattern.text, on: .immediate, options: options) { [self] notification in
-                if earlier.contains(where: { $0.matches(notification.name) && !isRefused($0.text) }) { return }
+                if carriedEarlier(by: earlier, text: \.text, { $0.matches(notification.name) }) { return }
                 export(notification)
             }
             observations.withLockedValue { $0.append(observation) }
@@ -118,7 +122,7 @@ package final class Bridge: Sendable {
         for (index, subject) in importSubjects.enumerated() {
             let earlier = Array(importSubjects[..<index])
             _ = try nats.subscribe(subject) { [self] message in
-                if earlier.contains(where: { NATSSubject.matches(subject: message.subject, pattern: $0) && !isRefused($0) }) {
+                if carriedEarlier(by: earlier, text: { $0 }, { NATSSubject.matches(subject: message.subject, pattern: $0) }) {
                     return
                 }
                 importMessage(message)
@@ -184,10 +188,10 @@ package final class Bridge: Sendable {
             // all run on the center's one I/O thread (`.immediate`), so load-then-store cannot race.
             if try nats.publish(mapping.subject(forName: notification.name), payload: payload, headers: origin.headers) {
                 counters.exportSequence.store(origin.bridgeSequence, ordering: .relaxed)
-                BridgeCounters.bump(counters.exported)
+                counters.bump(.exported)
             }
         } catch NATSClientError.payloadTooLarge {
-            BridgeCounters.bump(counters.exportTooLarge)
+            counters.bump(.exportTooLarge)
         } catch {
             logger.error("cannot export \(notification.name): \(error)")
         }
@@ -198,15 +202,15 @@ package final class Bridge: Sendable {
         if let origin {
             // The daemon closes a connection whose origin host is empty or too long: refused here instead.
             guard (1...RelayOrigin.maxHostLength).contains(origin.host.utf8.count) else {
-                BridgeCounters.bump(counters.importInvalidOrigin)
+                counters.bump(.importInvalidOrigin)
                 return
             }
             if origin.host == hostID {
-                BridgeCounters.bump(counters.importSkippedOwn)
+                counters.bump(.importSkippedOwn)
                 if origin.instance != instance {
                     // Not this process's message (NATS does not echo): another bridge uses the same host id, as
                     // cloned machines sharing /etc/machine-id do. Counted and said, never silent.
-                    BridgeCounters.bump(counters.importHostIDClash)
+                    counters.bump(.importHostIDClash)
                     warnHostIDClashOnce()
                 }
                 return
@@ -215,7 +219,7 @@ package final class Bridge: Sendable {
         }
         // Posting checks the name (PROTOCOL.md § 8), so the mapping only strips the prefix here.
         guard let name = mapping.unvalidatedName(forSubject: message.subject), !name.hasPrefix("self.") else {
-            BridgeCounters.bump(counters.importInvalidName)
+            counters.bump(.importInvalidName)
             return
         }
         // A message from a plain NATS client has no origin headers: it is remote all the same.
@@ -224,13 +228,13 @@ package final class Bridge: Sendable {
             host: source.host, uid: source.uid, gid: source.gid, pid: source.pid, sequence: source.sequence)
         do {
             try center.post(name, payload: message.payload.readableBytesView, retain: source.retained, origin: relayed)
-            BridgeCounters.bump(counters.imported)
+            counters.bump(.imported)
         } catch NotifyError.payloadTooLarge {
-            BridgeCounters.bump(counters.importTooLarge)
+            counters.bump(.importTooLarge)
         } catch NotifyError.invalidName {
-            BridgeCounters.bump(counters.importInvalidName)
+            counters.bump(.importInvalidName)
         } catch {
-            BridgeCounters.bump(counters.importLost)
+            counters.bump(.importLost)
             logger.error("cannot import \(name): \(error)")
         }
     }
@@ -243,28 +247,16 @@ package final class Bridge: Sendable {
             guard let previous = last[origin.host], origin.bridgeSequence > previous else { return 0 }
             return origin.bridgeSequence - previous - 1
         }
-        if missing > 0 { BridgeCounters.bump(counters.importGaps, by: missing) }
+        if missing > 0 { counters.bump(.importGaps, by: missing) }
     }
 
     /// The counters so far.
     package var statistics: BridgeStatistics {
-        var statistics = BridgeStatistics()
-        statistics.exported = counters.exported.load(ordering: .relaxed)
-        statistics.exportTooLarge = counters.exportTooLarge.load(ordering: .relaxed)
-        statistics.exportDroppedByDaemon = counters.exportDroppedByDaemon.load(ordering: .relaxed)
-        statistics.imported = counters.imported.load(ordering: .relaxed)
-        statistics.importSkippedOwn = counters.importSkippedOwn.load(ordering: .relaxed)
-        statistics.importInvalidName = counters.importInvalidName.load(ordering: .relaxed)
-        statistics.importTooLarge = counters.importTooLarge.load(ordering: .relaxed)
-        statistics.importRefused = counters.importRefused.load(ordering: .relaxed)
-        statistics.importLost = counters.importLost.load(ordering: .relaxed)
-        statistics.importGaps = counters.importGaps.load(ordering: .relaxed)
-        statistics.importInvalidOrigin = counters.importInvalidOrigin.load(ordering: .relaxed)
-        statistics.importHostIDClash = counters.importHostIDClash.load(ordering: .relaxed)
+        var statistics = counters.snapshot
         let nats = nats.statistics
-        statistics.exportDropped = nats.dropped
-        statistics.exportLostInFlight = nats.lostInFlight
-        statistics.natsReconnects = nats.reconnects
+        statistics[.exportDropped] = nats.dropped
+        statistics[.exportLostInFlight] = nats.lostInFlight
+        statistics[.natsReconnects] = nats.reconnects
         statistics.natsConnected = self.nats.isConnected
         return statistics
     }

@@ -12,48 +12,44 @@ import Prometheus
 /// exposition to each client that connects and closes, like the daemon's metrics socket.
 final class BridgeMetrics: Sendable {
     private let registry = PrometheusCollectorRegistry()
-    private let counters: [(Prometheus.Counter, @Sendable (BridgeStatistics) -> UInt64)]
+    private let counters: [(Prometheus.Counter, BridgeCounter)]
     private let connected: Prometheus.Gauge
     /// What the counters were last moved to (swift-prometheus counters only go up by increments).
     private let exported = NIOLockedValueBox(BridgeStatistics())
 
+    /// The series of each counter: a metric and, for the losses and refusals, its reason label.
+    private static func series(of counter: BridgeCounter) -> (name: String, help: String, reason: String?)? {
+        let dropped = "Messages lost, by reason."
+        let refused = "Messages refused, by reason."
+        switch counter {
+        case .exported: return ("exported", "Local notifications published to NATS.", nil)
+        case .imported: return ("imported", "NATS messages handed to the local daemon.", nil)
+        case .exportDropped: return ("dropped", dropped, "outbox_full")
+        case .exportLostInFlight: return ("dropped", dropped, "in_flight")
+        case .exportDroppedByDaemon: return ("dropped", dropped, "daemon_queue")
+        case .importLost: return ("dropped", dropped, "daemon_unreachable")
+        case .importGaps: return ("gaps", "Messages missing between two from the same bridge.", nil)
+        case .importRefused: return ("refused", refused, "daemon")
+        case .importInvalidName: return ("refused", refused, "invalid_name")
+        case .importTooLarge: return ("refused", refused, "import_too_large")
+        case .exportTooLarge: return ("refused", refused, "export_too_large")
+        case .importInvalidOrigin: return ("refused", refused, "invalid_origin")
+        case .importHostIDClash: return ("refused", refused, "host_id_clash")
+        case .natsReconnects: return ("nats_reconnects", "NATS connections after the first.", nil)
+        case .importSkippedOwn: return nil
+        }
+    }
+
     init(host: String) {
         let registry = registry
         let labels = [("host", host)]
-        func counter(
-            _ name: String, _ help: String, extra: [(String, String)] = [],
-            _ value: @escaping @Sendable (BridgeStatistics) -> UInt64
-        ) -> (Prometheus.Counter, @Sendable (BridgeStatistics) -> UInt64) {
+        counters = BridgeCounter.allCases.compactMap { counter in
+            guard let series = Self.series(of: counter) else { return nil }
             let descriptor = MetricNameDescriptor(
-                namespace: "notifyd_bridge", metricName: name, unitName: "total", helpText: help)
-            return (registry.makeCounter(descriptor: descriptor, labels: labels + extra), value)
+                namespace: "notifyd_bridge", metricName: series.name, unitName: "total", helpText: series.help)
+            let extra = series.reason.map { [("reason", $0)] } ?? []
+            return (registry.makeCounter(descriptor: descriptor, labels: labels + extra), counter)
         }
-        counters = [
-            counter("exported", "Local notifications published to NATS.") { $0.exported },
-            counter("imported", "NATS messages handed to the local daemon.") { $0.imported },
-            counter("dropped", "Messages lost, by reason.", extra: [("reason", "outbox_full")]) { $0.exportDropped },
-            counter("dropped", "Messages lost, by reason.", extra: [("reason", "in_flight")]) {
-                $0.exportLostInFlight
-            },
-            counter("dropped", "Messages lost, by reason.", extra: [("reason", "daemon_queue")]) {
-                $0.exportDroppedByDaemon
-            },
-            counter("dropped", "Messages lost, by reason.", extra: [("reason", "daemon_unreachable")]) {
-                $0.importLost
-            },
-            counter("gaps", "Messages missing between two from the same bridge.") { $0.importGaps },
-            counter("refused", "Messages refused, by reason.", extra: [("reason", "daemon")]) { $0.importRefused },
-            counter("refused", "Messages refused, by reason.", extra: [("reason", "invalid_name")]) {
-                $0.importInvalidName
-            },
-            counter("refused", "Messages refused, by reason.", extra: [("reason", "import_too_large")]) {
-                $0.importTooLarge
-            },
-            counter("refused", "Messages refused, by reason.", extra: [("reason", "export_too_large")]) {
-                $0.exportTooLarge
-            },
-            counter("nats_reconnects", "NATS connections after the first.") { $0.natsReconnects },
-        ]
         connected = registry.makeGauge(
             descriptor: MetricNameDescriptor(
                 namespace: "notifyd_bridge", metricName: "nats_connected", unitName: "",
@@ -64,8 +60,8 @@ final class BridgeMetrics: Sendable {
     /// The exposition for `statistics`.
     func render(_ statistics: BridgeStatistics) -> [UInt8] {
         exported.withLockedValue { last in
-            for (counter, value) in counters where value(statistics) > value(last) {
-                counter.increment(by: Int64(value(statistics) - value(last)))
+            for (series, counter) in counters where statistics[counter] > last[counter] {
+                series.increment(by: Int64(statistics[counter] - last[counter]))
             }
             last = statistics
         }

@@ -1,42 +1,79 @@
 import Atomics
 
-/// What a bridge has carried, refused and lost, counted as it happens.
-package struct BridgeStatistics: Sendable, Equatable, Codable {
+/// One thing a bridge counts. The case name is the counter's key in the status JSON (snake case there).
+package enum BridgeCounter: Int, CaseIterable, Sendable {
     /// Local notifications published to NATS.
-    package var exported: UInt64 = 0
+    case exported
     /// Local notifications too large for the NATS server's `max_payload`.
-    package var exportTooLarge: UInt64 = 0
+    case exportTooLarge
     /// Exports dropped because NATS was unreachable or slow and the outbox was full.
-    package var exportDropped: UInt64 = 0
+    case exportDropped
     /// Exports handed to a NATS connection that closed before sending them.
-    package var exportLostInFlight: UInt64 = 0
+    case exportLostInFlight
     /// Notifications the daemon dropped before the bridge could take them (its `queue` limit).
-    package var exportDroppedByDaemon: UInt64 = 0
+    case exportDroppedByDaemon
     /// NATS messages handed to the local daemon (``importRefused`` of them it refused afterwards).
-    package var imported: UInt64 = 0
+    case imported
     /// NATS messages whose origin is this host, not posted again.
-    package var importSkippedOwn: UInt64 = 0
+    case importSkippedOwn
     /// Of those, messages from another bridge with the same host id (cloned machines): a configuration error.
-    package var importHostIDClash: UInt64 = 0
+    case importHostIDClash
     /// NATS messages whose origin host header is empty or longer than 255 bytes.
-    package var importInvalidOrigin: UInt64 = 0
+    case importInvalidOrigin
     /// NATS messages whose subject is not a valid name.
-    package var importInvalidName: UInt64 = 0
+    case importInvalidName
     /// NATS messages larger than the local daemon's payload limit.
-    package var importTooLarge: UInt64 = 0
+    case importTooLarge
     /// Imports the local daemon refused (a reserved prefix, another user's `user.` names, a quota).
-    package var importRefused: UInt64 = 0
+    case importRefused
     /// Imports lost because the local daemon was unreachable.
-    package var importLost: UInt64 = 0
+    case importLost
     /// Messages missing between two that arrived from the same bridge (gaps in `Notifyd-Bridge-Seq`): lost in
     /// NATS (the exporting bridge counts its own drops). Exact when this bridge imports everything the other exports.
-    package var importGaps: UInt64 = 0
+    case importGaps
+    /// NATS reconnections so far.
+    case natsReconnects
+
+    /// The counter's name: the case name.
+    var key: String { "\(self)" }
+}
+
+/// What a bridge has carried, refused and lost, counted as it happens.
+package struct BridgeStatistics: Sendable, Equatable, Codable {
+    private var counts = [UInt64](repeating: 0, count: BridgeCounter.allCases.count)
     /// Whether the NATS connection is up.
     package var natsConnected = false
-    /// NATS reconnections so far.
-    package var natsReconnects: UInt64 = 0
 
     package init() {}
+
+    /// The value of one counter.
+    package subscript(counter: BridgeCounter) -> UInt64 {
+        get { counts[counter.rawValue] }
+        set { counts[counter.rawValue] = newValue }
+    }
+
+    // Flat JSON, one member per counter, so the status stays readable with jq and by `notifyctl status`.
+    private struct Key: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+        static let natsConnected = Key(stringValue: "natsConnected")
+    }
+
+    package func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Key.self)
+        for counter in BridgeCounter.allCases { try container.encode(self[counter], forKey: Key(stringValue: counter.key)) }
+        try container.encode(natsConnected, forKey: .natsConnected)
+    }
+
+    package init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Key.self)
+        for counter in BridgeCounter.allCases {
+            self[counter] = try container.decodeIfPresent(UInt64.self, forKey: Key(stringValue: counter.key)) ?? 0
+        }
+        natsConnected = try container.decodeIfPresent(Bool.self, forKey: .natsConnected) ?? false
+    }
 }
 
 /// What a bridge posts as its retained status: its host id and counters, flattened into one JSON object.
@@ -65,21 +102,18 @@ package struct BridgeStatus: Codable, Equatable {
 
 /// The counters behind ``BridgeStatistics``, updated from the bridge's two I/O threads without a lock.
 final class BridgeCounters: Sendable {
-    let exported = ManagedAtomic<UInt64>(0)
-    let exportTooLarge = ManagedAtomic<UInt64>(0)
-    let exportDroppedByDaemon = ManagedAtomic<UInt64>(0)
-    let imported = ManagedAtomic<UInt64>(0)
-    let importSkippedOwn = ManagedAtomic<UInt64>(0)
-    let importInvalidName = ManagedAtomic<UInt64>(0)
-    let importTooLarge = ManagedAtomic<UInt64>(0)
-    let importRefused = ManagedAtomic<UInt64>(0)
-    let importLost = ManagedAtomic<UInt64>(0)
-    let importGaps = ManagedAtomic<UInt64>(0)
-    let importInvalidOrigin = ManagedAtomic<UInt64>(0)
-    let importHostIDClash = ManagedAtomic<UInt64>(0)
+    private let values = BridgeCounter.allCases.map { _ in ManagedAtomic<UInt64>(0) }
+    /// The last `Notifyd-Bridge-Seq` this bridge published.
     let exportSequence = ManagedAtomic<UInt64>(0)
 
-    static func bump(_ counter: ManagedAtomic<UInt64>, by amount: UInt64 = 1) {
-        counter.wrappingIncrement(by: amount, ordering: .relaxed)
+    func bump(_ counter: BridgeCounter, by amount: UInt64 = 1) {
+        values[counter.rawValue].wrappingIncrement(by: amount, ordering: .relaxed)
+    }
+
+    /// Every counter as it stands (the NATS client's own counters are filled in by the bridge).
+    var snapshot: BridgeStatistics {
+        var statistics = BridgeStatistics()
+        for counter in BridgeCounter.allCases { statistics[counter] = values[counter.rawValue].load(ordering: .relaxed) }
+        return statistics
     }
 }

@@ -3,8 +3,9 @@ import NotifyWire
 /// How notification names become NATS subjects and back: `PREFIX.NAME`, byte for byte.
 ///
 /// Every valid name is a valid subject (PROTOCOL.md § 8 allows no white space, the only characters a subject
-/// token may not hold besides `.`), so nothing is escaped. The way back is checked: a subject under the prefix
-/// whose rest is not a valid name (a token NATS allows but notifyd does not, such as `#` or `/`) is refused.
+/// token may not hold besides `.`), so nothing is escaped. The way back is checked where the name is used: a
+/// subject under the prefix whose rest is not a valid name (a token NATS allows but notifyd does not, such as `#`
+/// or `/`) is refused when the bridge posts it.
 package struct SubjectMapping: Sendable, Equatable {
     /// The subject prefix, without a trailing dot (e.g. `notifyd`).
     package let prefix: String
@@ -34,25 +35,4 @@ package struct SubjectMapping: Sendable, Equatable {
 
     /// The subject pattern that carries the names a notifyd pattern matches (same wildcards).
     package func subject(forPattern pattern: String) -> String { prefix + "." + pattern }
-
-    /// The name a subject stands for, or why it stands for none.
-    package func name(forSubject subject: String) -> Result<String, SubjectRefusal> {
-        guard let name = unvalidatedName(forSubject: subject) else { return .failure(.outsidePrefix) }
-        do {
-            try NotificationName.validate(name)
-        } catch {
-            return .failure(.invalidName(error.description))
-        }
-        // Grammatical, but process-local: no daemon takes them.
-        if name.hasPrefix("self.") { return .failure(.invalidName("self. names never leave their process")) }
-        return .success(name)
-    }
-}
-
-/// Why a subject was not turned into a name.
-package enum SubjectRefusal: Error, Equatable, Sendable {
-    /// The subject is not under the bridge's prefix.
-    case outsidePrefix
-    /// The rest of the subject breaks the name grammar.
-    case invalidName(String)
 }
