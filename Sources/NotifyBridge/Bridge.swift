@@ -63,11 +63,13 @@ package final class Bridge: Sendable {
         // daemon older than that.
         local.receivesOwnPosts = false
         center = NotifyCenter(configuration: local)
+        // One I/O thread for both sides: an export goes from the daemon's socket to NATS's, and an import the other
+        // way, without a hand-over between threads.
         nats = NATSClient(
             configuration: .init(
                 servers: try configuration.natsURLs.map { try NATSServerAddress(url: $0) },
                 name: "notifyd-bridge \(hostID)", echo: false, maxPendingBytes: configuration.maxPendingBytes),
-            logger: logger)
+            eventLoopGroup: center.eventLoop, logger: logger)
     }
 
     /// Subscribes on both sides and starts carrying.
