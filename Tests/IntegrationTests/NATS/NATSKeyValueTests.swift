@@ -269,10 +269,13 @@ struct NATSKeyValueTests {
             _ = try await poll("both clients to reconnect", timeout: 20) {
                 watching.statistics.reconnects == 1 && writing.statistics.reconnects == 1 ? true : nil
             }
-            // The writer may well write before the watch's consumer is back: those changes must come too.
-            for value in 9...15 { try await writer.put("k\(value % 2)", value: .text("\(value)")) }
+            // The writer may well write before the watch's consumer is back: those changes must come too. Each to
+            // a key of its own: the bucket keeps one value per key, so a consumer recreated late would rightly
+            // find only the last of several values of one key.
+            for value in 9...15 { try await writer.put("after.\(value)", value: .text("\(value)")) }
             let events = try await recorder.wait(for: 13)
-            let expected = ["PUT k0=4", "PUT k1=5", "done"] + (6...15).map { "PUT k\($0 % 2)=\($0)" }
+            let expected = ["PUT k0=4", "PUT k1=5", "done"] + (6...8).map { "PUT k\($0 % 2)=\($0)" }
+                + (9...15).map { "PUT after.\($0)=\($0)" }
             #expect(events == expected)
             // Nothing more: a flush round trip through the watching client, then the count is still the same.
             try await watching.flush()
