@@ -136,14 +136,17 @@ package struct NATSJetStream: Sendable {
         package var time: Date?
     }
 
+    /// `STREAM.INFO`: the stream's configuration; ``NATSJetStreamAPIError/streamNotFound`` when it has none.
     package func streamInfo(_ stream: String) async throws -> StreamInfo {
         try await call("STREAM.INFO.\(stream)", body: ByteBuffer(), as: StreamInfo.self)
     }
 
+    /// `STREAM.CREATE`: creates the stream (idempotent for an identical configuration).
     package func createStream(_ config: StreamConfig) async throws -> StreamInfo {
         try await call("STREAM.CREATE.\(config.name)", body: try Self.encode(config), as: StreamInfo.self)
     }
 
+    /// `CONSUMER.CREATE`: an ephemeral consumer (no name: the server picks one).
     package func createConsumer(stream: String, config: ConsumerConfig) async throws -> ConsumerInfo {
         struct Request: Encodable {
             var streamName: String
@@ -153,6 +156,7 @@ package struct NATSJetStream: Sendable {
         return try await call("CONSUMER.CREATE.\(stream)", body: body, as: ConsumerInfo.self)
     }
 
+    /// `CONSUMER.DELETE`.
     package func deleteConsumer(stream: String, name: String) async throws {
         struct Deleted: Decodable { var success: Bool? }
         _ = try await call("CONSUMER.DELETE.\(stream).\(name)", body: ByteBuffer(), as: Deleted.self)
@@ -243,6 +247,7 @@ package struct NATSJetStream: Sendable {
 
     private struct ErrorEnvelope: Decodable { var error: NATSJetStreamAPIError? }
 
+    /// A request body in the server's snake_case.
     package static func encode<T: Encodable>(_ value: T) throws -> ByteBuffer {
         let encoder = JSONEncoder()
         encoder.keyEncodingStrategy = .convertToSnakeCase
