@@ -117,7 +117,10 @@ extension NATSClient {
 
     private func receivedPong(on channel: any Channel) {
         enum Outcome {
-            case handshakeDone([EventLoopPromise<Void>], [EventLoopPromise<Void>], NATSServerAddress?)
+            case handshakeDone(
+                [EventLoopPromise<Void>], [EventLoopPromise<Void>], NATSServerAddress?,
+                reconnected: [@Sendable (LifecycleEvent) -> Void]
+            )
             case answered(EventLoopPromise<Void>?)
             case ignored
         }
@@ -127,13 +130,15 @@ extension NATSClient {
             case .handshaking(let current, sentConnect: true) where current === channel:
                 state.phase = .ready(channel)
                 state.readySince = .now()
-                if state.everConnected { state.statistics.reconnects += 1 }
+                let reconnected = state.everConnected
+                if reconnected { state.statistics.reconnects += 1 }
                 state.everConnected = true
                 let waiters = state.connectionWaiters
                 let pings = state.deferredPings
                 state.connectionWaiters = []
                 state.deferredPings = []
-                return .handshakeDone(waiters, pings, state.currentServer)
+                let observers = reconnected ? Array(state.lifecycleObservers.values) : []
+                return .handshakeDone(waiters, pings, state.currentServer, reconnected: observers)
             case .ready(let current) where current === channel:
                 return state.pingWaiters.isEmpty ? .ignored : .answered(state.pingWaiters.removeFirst())
             default:
@@ -141,7 +146,7 @@ extension NATSClient {
             }
         }
         switch outcome {
-        case .handshakeDone(let waiters, let pings, let server):
+        case .handshakeDone(let waiters, let pings, let server, let observers):
             if let server {
                 logger.info("NATS: connected to \(server)")
                 eventContinuation.yield(.connected(server))
@@ -151,6 +156,7 @@ extension NATSClient {
             startKeepAlive(on: channel)
             pings.forEach { sendPing(answering: $0) }
             waiters.forEach { $0.succeed() }
+            observers.forEach { $0(.reconnected) }
         case .answered(let promise):
             promise?.succeed()
         case .ignored:
@@ -265,7 +271,7 @@ extension NATSClient {
     }
 
     func shutDown(completing promise: EventLoopPromise<Void>) {
-        let (channel, waiters) = state.withLockedValue { state -> ((any Channel)?, [EventLoopPromise<Void>]) in
+        let (channel, waiters, requests, observers) = state.withLockedValue { state in
             let channel = state.phase.channel
             state.phase = .closed
             let waiters = state.connectionWaiters + state.deferredPings + state.pingWaiters.compactMap { $0 }
@@ -274,9 +280,15 @@ extension NATSClient {
             state.pingWaiters = []
             state.outbox.clear()
             state.outboxMessages = 0
-            return (channel, waiters)
+            let requests = Array(state.pendingRequests.values)
+            state.pendingRequests = [:]
+            let observers = Array(state.lifecycleObservers.values)
+            state.lifecycleObservers = [:]
+            return (channel, waiters, requests, observers)
         }
         waiters.forEach { $0.fail(NATSClientError.closed) }
+        requests.forEach { $0.fail(NATSClientError.closed) }
+        observers.forEach { $0(.closed) }
         guard let channel else { return promise.succeed() }
         channel.close().whenComplete { _ in promise.succeed() }
     }

@@ -8,8 +8,12 @@ public enum NATSClientError: Error, Equatable, Sendable, CustomStringConvertible
     case payloadTooLarge(size: Int, limit: Int)
     /// The client was closed.
     case closed
-    /// No connection came within the time asked for.
+    /// No connection, or no reply, came within the time asked for.
     case timedOut(String)
+    /// A request found no subscriber on its subject: the server answered with status 503 (`NATS/1.0 503`).
+    case noResponders(String)
+    /// A request was not sent because the outbox was full (``NATSClient/Configuration/maxPendingBytes``).
+    case outboxFull
 
     /// One line for logs and error messages.
     public var description: String {
@@ -19,6 +23,8 @@ public enum NATSClientError: Error, Equatable, Sendable, CustomStringConvertible
         case .payloadTooLarge(let size, let limit): "payload of \(size) bytes exceeds the server's max_payload \(limit)"
         case .closed: "the NATS client is closed"
         case .timedOut(let what): "timed out: \(what)"
+        case .noResponders(let subject): "no responders on NATS subject '\(subject)'"
+        case .outboxFull: "the NATS outbox is full: request not sent"
         }
     }
 }

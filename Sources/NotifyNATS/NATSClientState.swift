@@ -63,6 +63,15 @@ struct ClientState {
     /// `flush()` calls made while not connected: their `PING`s go out after the next handshake.
     var deferredPings: [EventLoopPromise<Void>] = []
     var connectionWaiters: [EventLoopPromise<Void>] = []
+    /// The request/reply inbox: its prefix (`_INBOX.<random>`), and its one wildcard subscription once made.
+    let inboxPrefix = "_INBOX." + ClientState.randomToken()
+    var inboxSID: UInt64?
+    var nextRequestToken: UInt64 = 0
+    /// Requests waiting for their reply, by the last token of their reply subject.
+    var pendingRequests: [String: EventLoopPromise<NATSMessage>] = [:]
+    /// Who hears of reconnections and of the close (the key-value watchers), by id.
+    var lifecycleObservers: [UInt64: @Sendable (NATSClient.LifecycleEvent) -> Void] = [:]
+    var nextObserverID: UInt64 = 0
     let maxPendingBytes: Int
     let user: String?
     let password: String?
@@ -153,6 +162,13 @@ struct ClientState {
             nextServer = nextServer % max(servers.count, 1)
             pool = servers
         }
+    }
+
+    /// 22 random characters of `[0-9A-Za-z]` (about 131 bits), as NATS clients make inbox names.
+    static func randomToken(length: Int = 22) -> String {
+        let alphabet = Array("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
+        var generator = SystemRandomNumberGenerator()
+        return String(decoding: (0..<length).map { _ in alphabet.randomElement(using: &generator)! }, as: UTF8.self)
     }
 
     /// How many servers the cluster no longer announces stay in the pool.

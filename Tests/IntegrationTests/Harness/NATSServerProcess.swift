@@ -19,14 +19,19 @@ final class NATSServerProcess: Sendable, CustomStringConvertible {
     }
 
     /// Starts a server on `host` and `port` (0: any free port) with extra `arguments`, and waits until it listens.
+    ///
+    /// - Parameter jetStreamDirectory: where JetStream keeps its streams (`-js -sd`); nil: no JetStream. A server
+    ///   restarted with the same directory finds its streams again.
     static func start(
-        in scope: IntegrationScope, host: String = "127.0.0.1", port: Int = 0, arguments: [String] = []
+        in scope: IntegrationScope, host: String = "127.0.0.1", port: Int = 0, arguments: [String] = [],
+        jetStreamDirectory: String? = nil
     ) async throws -> NATSServerProcess {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw TestFailure("\(executable) is missing: `make test-deps` installs Debian's nats-server")
         }
+        let jetStream = jetStreamDirectory.map { ["-js", "-sd", $0] } ?? []
         let child = try scope.launchExecutable(
-            executable, ["-a", host, "-p", port == 0 ? "-1" : String(port)] + arguments)
+            executable, ["-a", host, "-p", port == 0 ? "-1" : String(port)] + jetStream + arguments)
         let line = try await child.waitForLine(containing: "Listening for client connections on", timeout: 20)
         guard let portText = line.split(separator: ":").last, let actual = Int(portText) else {
             throw TestFailure("cannot read the port from '\(line)'")

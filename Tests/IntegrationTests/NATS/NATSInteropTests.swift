@@ -55,6 +55,68 @@ struct NATSInteropTests {
         }
     }
 
+    /// Runs a nats-py key-value command and returns the JSON line it prints.
+    private func peerKeyValue(_ scope: IntegrationScope, _ arguments: [String]) async throws -> [String: Any] {
+        let peer = try await launchPeer(scope, arguments)
+        guard try await peer.waitForExit(timeout: 30) == .exited(0) else {
+            throw TestFailure("nats_py_peer.py \(arguments) failed\n\(peer.diagnostics)")
+        }
+        let line = try await peer.waitForStdoutLines(1).last ?? ""
+        guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            throw TestFailure("nats_py_peer.py \(arguments) printed '\(line)'")
+        }
+        return object
+    }
+
+    @Test("a bucket NotifyNATS creates: nats-py reads what we put (headers too) and we watch what nats-py puts")
+    func keyValueCreatedBySwift() async throws {
+        try await withIntegrationScope { scope in
+            let server = try await NATSServerProcess.start(in: scope, jetStreamDirectory: scope.directory + "/js")
+            let client = try await NATSClient.connected(to: [server.url])
+            let kv = try await client.keyValue(bucket: "shared")
+            let revision = try await kv.put("state.greeting", value: [0, 1, 255], headers: NATSHeaders([("Origin", "swift")]))
+            let read = try await peerKeyValue(scope, [server.url, "kv-get", "shared", "state.greeting"])
+            #expect(read["value"] as? String == "0001ff")
+            #expect(read["revision"] as? Int == Int(revision))
+            #expect(read["headers"] as? [String: String] == ["Origin": "swift"])
+            try await kv.delete("state.greeting")
+            #expect(try await peerKeyValue(scope, [server.url, "kv-get", "shared", "state.greeting"])["missing"] as? Bool == true)
+
+            let recorder = WatchRecorder(try await kv.watch())
+            #expect(try await recorder.wait(for: 2) == ["DEL state.greeting", "done"])
+            _ = try await peerKeyValue(scope, [server.url, "kv-put", "shared", "bind", "from.py", "6869", "A=1", "B=two words"])
+            _ = try await peerKeyValue(scope, [server.url, "kv-put", "shared", "bind", "plain", "00"])
+            let events = try await recorder.wait(for: 4)
+            #expect(events == ["DEL state.greeting", "done", "PUT from.py=hi", "PUT plain=\u{0}"])
+            guard case .entry(let entry) = recorder.all[2] else { throw TestFailure("not an entry: \(recorder.all[2])") }
+            #expect(entry.headers == NATSHeaders([("A", "1"), ("B", "two words")]))
+            recorder.watch.stop()
+            await client.close()
+        }
+    }
+
+    @Test("a bucket nats-py creates: NotifyNATS binds it, reads it (no direct get) and watches puts and deletes")
+    func keyValueCreatedByPython() async throws {
+        try await withIntegrationScope { scope in
+            let server = try await NATSServerProcess.start(in: scope, jetStreamDirectory: scope.directory + "/js")
+            _ = try await peerKeyValue(scope, [server.url, "kv-put", "pyside", "create", "k1", "7631"])
+            let client = try await NATSClient.connected(to: [server.url])
+            let kv = try await client.keyValue(bucket: "pyside", createIfMissing: false)
+            #expect(try await kv.get("k1").map { String(buffer: $0.value) } == "v1")
+            let recorder = WatchRecorder(try await kv.watch())
+            #expect(try await recorder.wait(for: 2) == ["PUT k1=v1", "done"])
+            _ = try await peerKeyValue(scope, [server.url, "kv-put", "pyside", "bind", "k2", "7632", "Notifyd-Origin-Host=h2"])
+            _ = try await peerKeyValue(scope, [server.url, "kv-delete", "pyside", "k1"])
+            #expect(try await recorder.wait(for: 4) == ["PUT k1=v1", "done", "PUT k2=v2", "DEL k1"])
+            guard case .entry(let entry) = recorder.all[2] else { throw TestFailure("not an entry") }
+            #expect(entry.headers?["Notifyd-Origin-Host"] == "h2")
+            #expect(try await kv.get("k2")?.headers?["Notifyd-Origin-Host"] == "h2")
+            #expect(try await kv.get("k1") == nil)
+            recorder.watch.stop()
+            await client.close()
+        }
+    }
+
     @Test("notifyd's pattern matching and NATS's subject matching agree on 100,000 random (name, pattern) pairs")
     func matchingAgrees() async throws {
         try await withIntegrationScope { scope in
