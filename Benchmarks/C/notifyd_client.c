@@ -259,6 +259,11 @@ int nd_next(nd_client *c, struct nd_frame *f) {
     case ND_OVERFLOW: f->subscription_id = rd32(&k); f->count = rd64(&k); break;
     case ND_STATE: f->request_id = rd32(&k); f->closing = rd8(&k); f->count = rd64(&k); break;
     case ND_QUERY_RESULT: case ND_QUERY_RESULT_PART: f->request_id = rd32(&k); rdpayload(&k, &f->payload_len); break;
+    case ND_STATE_CHANGED: /* only for a SUBSCRIBE with the states flag (§ 7.14), which this client never sends */
+        f->request_id = rd32(&k); f->closing = rd8(&k); f->count = rd64(&k);
+        f->pid = rd32(&k); f->uid = rd32(&k); f->gid = rd32(&k);
+        f->name = rdstr(&k, &f->name_len);
+        break;
     case ND_GOODBYE: /* the daemon is shutting down; the last frame (may come before WELCOME) */
         f->count = rd32(&k);
         f->message = rdstr(&k, &f->message_len);

@@ -12,7 +12,7 @@ enum {
     ND_HELLO = 0x01, ND_SUBSCRIBE = 0x02, ND_UNSUBSCRIBE = 0x03, ND_POST = 0x04, ND_PING = 0x05,
     ND_WELCOME = 0x81, ND_OK = 0x82, ND_POSTED = 0x83, ND_PONG = 0x84, ND_NOTIFICATION = 0x85,
     ND_OVERFLOW = 0x86, ND_STATE = 0x87, ND_GOODBYE = 0x88, ND_NOTIFICATION_MERGED = 0x89, ND_RETAINED = 0x8A,
-    ND_QUERY_RESULT = 0x8B, ND_QUERY_RESULT_PART = 0x8C, ND_ERROR = 0x8F,
+    ND_QUERY_RESULT = 0x8B, ND_QUERY_RESULT_PART = 0x8C, ND_STATE_CHANGED = 0x8D, ND_ERROR = 0x8F,
 };
 
 #define ND_MIN_MAX_FRAME 66560u /* every daemon accepts this much before WELCOME (§ 2) */
@@ -20,7 +20,8 @@ enum {
 struct nd_frame {
     uint8_t type;
     uint32_t request_id;
-    /* NOTIFICATION / NOTIFICATION_MERGED / RETAINED */
+    /* NOTIFICATION / NOTIFICATION_MERGED / RETAINED; STATE_CHANGED: request_id, pid/uid/gid, name, count = value,
+     * closing = flags (bit 0: current value) */
     uint64_t sequence;
     uint32_t pid, uid, gid;
     const char *name;

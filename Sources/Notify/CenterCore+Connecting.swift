@@ -49,7 +49,14 @@ extension CenterCore {
             state.outbound.startConnection()
             let flags = HelloFlags.origins | (configuration.receivesOwnPosts ? 0 : HelloFlags.noEcho)
             _ = state.outbound.append(.hello(.init(flags: flags, clientName: configuration.clientName)))
-            for (key, id) in state.registry.daemonSubscriptions {
+            for (key, id, observations) in state.registry.daemonSubscriptions {
+                if key.watchesStates {
+                    // The values may have changed meanwhile: observations that started with them get them again.
+                    _ = state.sendStateSubscription(
+                        pattern: key.pattern, subscriptionID: id,
+                        sendingCurrentTo: observations.filter(\.sendsCurrentStates), probe: nil)
+                    continue
+                }
                 _ = state.sendRequest(.subscribe(pattern: key.pattern)) {
                     .subscribe(.init(requestID: $0, subscriptionID: id, policy: key.policy.wire, pattern: key.pattern))
                 }

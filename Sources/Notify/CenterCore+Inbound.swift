@@ -53,6 +53,8 @@ extension CenterCore {
                 "the daemon dropped notifications for this client",
                 metadata: ["count": "\(dropped)", "pattern": "\(pattern ?? "(connection)")"])
             emit(.notificationsDropped(count: dropped, pattern: pattern))
+        case .stateChanged(let change):
+            deliverStateChange(change)
         case .error(let error):
             handleError(error)
         case .goodbye(let goodbye):
@@ -75,6 +77,7 @@ extension CenterCore {
             switch request {
             case .subscribe(let pattern): state.pending.rejectedSubscriptions.append((pattern, error))
             case .currentValue(let core, _): state.pending.rejectedSubscriptions.append((core.name, error))
+            case .currentStates(let cores, _): state.pending.rejectedSubscriptions.append((cores[0].name, error))
             default: break
             }
             return request
@@ -87,6 +90,8 @@ extension CenterCore {
             reportRejectedSubscription(pattern, error)
         case .currentValue(let core, _):
             reportRejectedSubscription(core.name, error)
+        case .currentStates(let cores, _):
+            reportRejectedSubscription(cores[0].name, error)
         case .unsubscribe(let name):
             logger.debug("unsubscribe rejected", metadata: ["name": "\(name)", "error": "\(error)"])
         case .housekeeping(let operation):
@@ -110,7 +115,12 @@ extension CenterCore {
         let (request, schedule) = state.withLockedValue { state -> (PendingRequests.Request?, Bool) in
             let request = state.pending.remove(requestID)
             // The probe subscription only existed to fetch the current value: drop it again.
-            guard case .currentValue(_, let probe?) = request, state.channel != nil else { return (request, false) }
+            let probe: UInt32? =
+                switch request {
+                case .currentValue(_, let probe), .currentStates(_, let probe): probe
+                default: nil
+                }
+            guard let probe, state.channel != nil else { return (request, false) }
             let schedule = state.sendRequest(.housekeeping(operation: "unsubscribe current-value probe")) {
                 .unsubscribe(requestID: $0, subscriptionID: probe)
             }

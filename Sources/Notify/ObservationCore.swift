@@ -13,6 +13,11 @@ final class ObservationCore: Sendable {
     let key: SubscriptionKey
     private let executor: any DeliveryExecutor
     private let handler: @Sendable (ReceivedNotification) -> Void
+    /// The handler of a state observation (``NotifyCenter/observeStates(_:sendingCurrent:on:isolation:handler:)``),
+    /// which has no notification handler.
+    private let stateHandler: (@Sendable (StateChange) -> Void)?
+    /// A state observation that asked for the current values: a reconnection asks for them again.
+    let sendsCurrentStates: Bool
     private let gate = HandlerGate()
     /// Set while the observation waits for its current (retained) value: live notifications the daemon sent
     /// before it registered the observation are skipped, so the current value comes first.
@@ -35,6 +40,24 @@ final class ObservationCore: Sendable {
         self.stagingSlot = stagingSlot
         self.executor = executor
         self.handler = handler
+        self.stateHandler = nil
+        self.sendsCurrentStates = false
+        self.runsHandlerInline = executor.runsJobsInline
+    }
+
+    /// A state observation: its handler takes ``StateChange``s; it never receives notifications.
+    init(
+        id: UInt64, name: String, key: SubscriptionKey, stagingSlot: Int, sendingCurrentStates: Bool,
+        executor: any DeliveryExecutor, stateHandler: @escaping @Sendable (StateChange) -> Void
+    ) {
+        self.id = id
+        self.name = name
+        self.key = key
+        self.stagingSlot = stagingSlot
+        self.executor = executor
+        self.handler = { _ in }
+        self.stateHandler = stateHandler
+        self.sendsCurrentStates = sendingCurrentStates
         self.runsHandlerInline = executor.runsJobsInline
     }
 
@@ -53,6 +76,14 @@ final class ObservationCore: Sendable {
         }
         executor.enqueue { [self] in
             gate.run { handler(notification) }
+        }
+    }
+
+    /// Hands a state value to the executor (state observations only).
+    func deliver(_ change: StateChange) {
+        guard let stateHandler else { return }
+        executor.enqueue { [self] in
+            gate.run { stateHandler(change) }
         }
     }
 

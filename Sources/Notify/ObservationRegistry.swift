@@ -19,6 +19,9 @@ struct ObservationRegistry: Sendable {
     private var exactObservers: [ExactName: [ObservationCore]] = [:]
     /// Subscriptions with wildcards, matched against every incoming name.
     private var patternKeys: Set<SubscriptionKey> = []
+    /// The same two for state observations, which `STATE_CHANGED` frames reach (and notifications never do).
+    private var stateExactObservers: [ExactName: [ObservationCore]] = [:]
+    private var statePatternKeys: Set<SubscriptionKey> = []
     private var keysByID: [UInt32: SubscriptionKey] = [:]
     /// `OVERFLOW` counts waiting to be attached to the next notification of their subscription.
     private var pendingDrops: [SubscriptionKey: UInt64] = [:]
@@ -60,7 +63,9 @@ struct ObservationRegistry: Sendable {
         }
         let core = make(id, slot)
         if pattern.hasWildcards {
-            patternKeys.insert(key)
+            if key.watchesStates { statePatternKeys.insert(key) } else { patternKeys.insert(key) }
+        } else if key.watchesStates {
+            stateExactObservers[ExactName(key.pattern), default: []].append(core)
         } else {
             exactObservers[ExactName(key.pattern), default: []].append(core)
         }
@@ -78,7 +83,10 @@ struct ObservationRegistry: Sendable {
     mutating func remove(_ core: ObservationCore) -> UInt32? {
         let key = core.key
         generation.wrappingIncrement(ordering: .releasing)
-        if var exact = exactObservers[ExactName(key.pattern)] {
+        if key.watchesStates, var exact = stateExactObservers[ExactName(key.pattern)] {
+            exact.removeAll { $0 === core }
+            stateExactObservers[ExactName(key.pattern)] = exact.isEmpty ? nil : exact
+        } else if !key.watchesStates, var exact = exactObservers[ExactName(key.pattern)] {
             exact.removeAll { $0 === core }
             exactObservers[ExactName(key.pattern)] = exact.isEmpty ? nil : exact
         }
@@ -93,6 +101,7 @@ struct ObservationRegistry: Sendable {
         subscriptions.removeValue(forKey: key)
         keysByID.removeValue(forKey: entry.id)
         patternKeys.remove(key)
+        statePatternKeys.remove(key)
         pendingDrops.removeValue(forKey: key)
         return entry.id
     }
@@ -119,6 +128,15 @@ struct ObservationRegistry: Sendable {
         }
     }
 
+    /// Appends every state observation `name` reaches to `targets`, exact names first, then patterns.
+    func collectStateObservers(of name: String, into targets: inout [ObservationCore]) {
+        if let exact = stateExactObservers[ExactName(name)] { targets += exact }
+        for key in statePatternKeys {
+            guard let entry = subscriptions[key], entry.pattern.matches(name) else { continue }
+            targets += entry.observations
+        }
+    }
+
     /// The `OVERFLOW` count waiting for the next notification of `key`, cleared; skips hashing the key in the
     /// usual case of no drops at all.
     private mutating func takeDrops(for key: SubscriptionKey) -> UInt64 {
@@ -134,23 +152,27 @@ struct ObservationRegistry: Sendable {
         return key.pattern
     }
 
-    /// The subscriptions a new connection must make again (process-local names never reach the daemon).
-    var daemonSubscriptions: [(key: SubscriptionKey, id: UInt32)] {
+    /// The subscriptions a new connection must make again (process-local names never reach the daemon), with
+    /// their observations.
+    var daemonSubscriptions: [(key: SubscriptionKey, id: UInt32, observations: [ObservationCore])] {
         subscriptions.compactMap { key, entry in
-            NotificationName.isProcessLocal(key.pattern) ? nil : (key, entry.id)
+            NotificationName.isProcessLocal(key.pattern) ? nil : (key, entry.id, entry.observations)
         }
     }
 }
 
-/// A daemon subscription's identity in the library: the pattern and the policy.
+/// A daemon subscription's identity in the library: the pattern, the policy, and whether it watches state values.
 struct SubscriptionKey: Hashable, Sendable {
     /// Compared byte for byte, as the daemon compares names.
     private var exactPattern: ExactName
     var policy: DeliveryPolicy
+    /// Made with `SUBSCRIBE`'s states flag (``NotifyCenter/observeStates(_:sendingCurrent:on:isolation:handler:)``).
+    var watchesStates: Bool
 
-    init(pattern: String, policy: DeliveryPolicy) {
+    init(pattern: String, policy: DeliveryPolicy, watchesStates: Bool = false) {
         self.exactPattern = ExactName(pattern)
         self.policy = policy
+        self.watchesStates = watchesStates
     }
 
     var pattern: String { exactPattern.string }

@@ -36,6 +36,9 @@ struct PendingRequests: Sendable {
         /// A subscription asking for the current (retained) value for one observation; `probe` is an extra
         /// subscription made only for that purpose, removed once answered.
         case currentValue(ObservationCore, probe: UInt32?)
+        /// A state subscription asking for the current values for these state observations (several when a
+        /// reconnection replays it); `probe` as for ``currentValue(_:probe:)``.
+        case currentStates([ObservationCore], probe: UInt32?)
         case unsubscribe(pattern: String)
         /// A request the library makes on its own (replaying `suspend` after a reconnection, removing a
         /// current-value probe); `operation` names it in logs and events if the daemon rejects it.
@@ -51,6 +54,9 @@ struct PendingRequests: Sendable {
             case .currentValue(let core, _):
                 if case .success(let reply) = result, reply.kind != .ok { return }
                 core.finishWaitingForCurrentValue()
+            case .currentStates(let cores, _):
+                if case .success(let reply) = result, reply.kind != .ok { return }
+                for core in cores { core.finishWaitingForCurrentValue() }
             case .subscribe, .unsubscribe, .housekeeping:
                 break
             }

@@ -19,6 +19,9 @@ final class Broker {
     private(set) var access: AccessControl
     let accounts: UserAccounts
     let index = SubscriberIndex()
+    /// The subscriptions with the states flag: who is sent `STATE_CHANGED` for a name (see `Broker+States.swift`).
+    /// An index of its own, so a `SET_STATE` visits only its watchers and a post never sees them.
+    let stateWatchers = SubscriberIndex()
     var store = StateStore()
     /// Finds new peers' groups and command names off the event loop.
     let identities: PeerIdentityResolver
@@ -143,7 +146,8 @@ final class Broker {
     /// Collects every peer with a subscription matching `name` that may observe it into `recipients`, once per
     /// peer under its strongest matching subscription.
     private func collectRecipients(
-        of name: String, exactSubscribers: SubscriberIndex.Subscribers?, poster: Peer?, into recipients: inout [Recipient]
+        of name: String, exactSubscribers: SubscriberIndex.Subscribers?, poster: Peer?, in index: SubscriberIndex,
+        into recipients: inout [Recipient]
     ) {
         routeMark &+= 1
         let mark = routeMark
@@ -187,7 +191,8 @@ final class Broker {
         if retain {
             store.retain(name: name, payload: payload, sender: sender, sequence: sequence, accounts: accounts)
         }
-        collectRecipients(of: name, exactSubscribers: exactSubscribers, poster: poster, into: &recipients)
+        collectRecipients(
+            of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &recipients)
         guard !recipients.isEmpty else { return (sequence, 0) }
         var frame = allocator.buffer(
             capacity: NotificationFrame.encodedLength(
@@ -209,6 +214,20 @@ final class Broker {
         recipients.removeAll(keepingCapacity: true)
         statistics.deliveries += UInt64(delivered)
         return (sequence, delivered)
+    }
+
+    /// Calls `body` once for each peer watching `name`'s state value (``stateWatchers``) that may observe it,
+    /// passing over `setter` if it asked for no echo: the same rules as a post's recipients.
+    func forEachStateWatcher(of name: String, setter: Peer, _ body: (Peer) -> Void) {
+        collectRecipients(
+            of: name, exactSubscribers: stateWatchers.exactSubscribers(of: name), poster: setter, in: stateWatchers,
+            into: &recipients)
+        guard !recipients.isEmpty else { return }
+        // As for a post: a flush inside can make NIO read another peer's input, which must wait.
+        isRouting = true
+        for recipient in recipients { body(recipient.peer) }
+        isRouting = false
+        recipients.removeAll(keepingCapacity: true)
     }
 
     /// Offers one notification to `recipient`'s queue and acts on the answer.
@@ -249,7 +268,8 @@ final class Broker {
         if run.poster !== poster || ExactName(run.name) != ExactName(name) {
             endRun()
             run.open(poster: poster, name: name, generation: index.generation, reusing: slots[poster.slot].parked.take())
-            collectRecipients(of: name, exactSubscribers: exactSubscribers, poster: poster, into: &run.recipients)
+            collectRecipients(
+                of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &run.recipients)
         }
         payload.withUnsafeReadableBytes { appendToRun($0) }
     }

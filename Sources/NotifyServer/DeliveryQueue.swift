@@ -230,6 +230,19 @@ struct DeliveryQueue {
         return outbound.pendingBytes > limit
     }
 
+    /// Queues an encoded frame that is never held, merged or dropped (`STATE_CHANGED`), whatever is held and even
+    /// while suspended: it may overtake held notifications, which are released later.
+    ///
+    /// - Returns: whether to flush now, or `nil` (nothing done) when it would take the pending bytes past the
+    ///   bound or the user's outbound quota: the peer is then too slow for it.
+    mutating func queueUnheld(_ frame: ByteBuffer) -> Bool? {
+        let size = frame.readableBytes
+        guard outbound.pendingBytes + size <= limit, size <= quotaRoom else { return nil }
+        outbound.append(frame)
+        syncCharge()
+        return outbound.buffer.readableBytes >= eagerFlushBytes
+    }
+
     /// Queues a reply without checking the bound (retained notifications before the `OK` that closes them).
     mutating func appendWithoutCheck(_ frame: ServerFrame) {
         outbound.append(frame)

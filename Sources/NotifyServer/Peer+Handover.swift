@@ -17,10 +17,20 @@ extension Peer {
             command: command, phase: recordPhase, clientName: clientName, helloFlags: helloFlags,
             suspendCount: UInt32(queue.suspendCount),
             merged: queue.merged, dropped: queue.dropped,
-            subscriptions: subscriptions.all.map { entry in
-                HandoverSnapshot.Subscription(
-                    id: entry.id, pattern: entry.subscription.text, policy: entry.subscription.policy)
-            },
+            subscriptions: subscriptionRecords(),
             outbound: owed, held: held, inbound: inbound)
+    }
+
+    /// Every subscription, to notifications and to state values, by id.
+    private func subscriptionRecords() -> [HandoverSnapshot.Subscription] {
+        func records(_ table: SubscriptionTable, watchesStates: Bool) -> [HandoverSnapshot.Subscription] {
+            table.all.map { entry in
+                HandoverSnapshot.Subscription(
+                    id: entry.id, pattern: entry.subscription.text, policy: entry.subscription.policy,
+                    watchesStates: watchesStates)
+            }
+        }
+        return (records(subscriptions, watchesStates: false) + records(stateSubscriptions, watchesStates: true))
+            .sorted { $0.id < $1.id }
     }
 }

@@ -88,11 +88,11 @@ extension Peer {
             reject(requestID, .invalidName, problem)
             return
         }
-        guard subscriptions[subscribe.subscriptionID] == nil else {
+        guard subscriptions[subscribe.subscriptionID] == nil, stateSubscriptions[subscribe.subscriptionID] == nil else {
             reject(requestID, .duplicateSubscription, "subscription id \(subscribe.subscriptionID) is already in use on this connection")
             return
         }
-        guard subscriptions.count < Int(limits.maxSubscriptions) else {
+        guard subscriptionCount < Int(limits.maxSubscriptions) else {
             reject(requestID, .tooManySubscriptions, "this connection already holds the maximum of \(limits.maxSubscriptions) subscriptions")
             return
         }
@@ -107,14 +107,25 @@ extension Peer {
         }
         // A pattern new to this peer adds its labels to the trie, which every post may walk: charged to the user
         // (the same pattern again on this peer adds nothing).
-        let labels = pattern.hasWildcards && subscriptions.isNewPattern(pattern) ? PatternTrie.cost(of: pattern) : 0
+        // State subscriptions have a trie of their own, so a pattern is charged again there.
+        let watchesStates = subscribe.flags.contains(.states)
+        let labels =
+            pattern.hasWildcards && (watchesStates ? stateSubscriptions : subscriptions).isNewPattern(pattern)
+            ? PatternTrie.cost(of: pattern) : 0
         if let denial = account.chargeSubscription(patternLabels: labels) {
             reject(requestID, .quotaExceeded, denial)
             return
         }
-        subscriptions.add(
-            subscribe.subscriptionID, pattern.hasWildcards ? .pattern(pattern, policy) : .exact(pattern.text, policy),
-            peer: self, index: broker.index)
+        let entry: SubscriptionTable.Subscription =
+            pattern.hasWildcards ? .pattern(pattern, policy) : .exact(pattern.text, policy)
+        if watchesStates {
+            stateSubscriptions.add(subscribe.subscriptionID, entry, peer: self, index: broker.stateWatchers)
+            // Current values first: the OK that follows tells the client they are complete.
+            if subscribe.flags.contains(.sendRetained) { sendCurrentStates(matching: pattern, requestID: requestID) }
+            reply(.ok(requestID: requestID))
+            return
+        }
+        subscriptions.add(subscribe.subscriptionID, entry, peer: self, index: broker.index)
         // Retained notifications first: the OK that follows tells the client the current values are complete.
         if subscribe.flags.contains(.sendRetained) {
             for notification in broker.store.retainedNotifications(
@@ -127,7 +138,10 @@ extension Peer {
     }
 
     private func handleUnsubscribe(requestID: UInt32, subscriptionID: UInt32) {
-        guard let (_, labels) = subscriptions.remove(subscriptionID, peer: self, index: broker.index) else {
+        guard
+            let (_, labels) = subscriptions.remove(subscriptionID, peer: self, index: broker.index)
+                ?? stateSubscriptions.remove(subscriptionID, peer: self, index: broker.stateWatchers)
+        else {
             reject(requestID, .unknownSubscription, "no subscription with id \(subscriptionID) on this connection")
             return
         }
@@ -204,6 +218,11 @@ extension Peer {
             reject(requestID, .quotaExceeded, denial)
             return
         }
+        // Watchers first, as a post reaches its subscribers before its POSTED: after the OK, every watcher has the
+        // change queued.
+        broker.announceStateChange(name: name, value: value, setter: self)
+        // Watching its own changes, it may have been closed as too slow for them: then no reply follows the ERROR.
+        guard isOpen else { return }
         reply(.ok(requestID: requestID))
     }
 

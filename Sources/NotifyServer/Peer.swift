@@ -51,6 +51,9 @@ final class Peer {
     private(set) var phase = Phase.awaitingHello
     var queue: DeliveryQueue
     var subscriptions = SubscriptionTable()
+    /// Its subscriptions with the states flag, listed in the broker's ``Broker/stateWatchers``; their ids are unique
+    /// together with ``subscriptions``'.
+    var stateSubscriptions = SubscriptionTable()
     let account: UserAccount
     private(set) var logger: Logger
 
@@ -121,12 +124,18 @@ final class Peer {
         for subscription in record.subscriptions {
             // The snapshot's decoder checked every pattern against the grammar.
             guard let pattern = try? NotificationPattern(subscription.pattern) else { continue }
-            let labels = pattern.hasWildcards && subscriptions.isNewPattern(pattern) ? PatternTrie.cost(of: pattern) : 0
+            let watchesStates = subscription.watchesStates
+            let labels =
+                pattern.hasWildcards && (watchesStates ? stateSubscriptions : subscriptions).isNewPattern(pattern)
+                ? PatternTrie.cost(of: pattern) : 0
             account.chargeRestored(subscriptions: 1, patternLabels: labels)
-            subscriptions.add(
-                subscription.id,
-                pattern.hasWildcards ? .pattern(pattern, subscription.policy) : .exact(pattern.text, subscription.policy),
-                peer: self, index: broker.index)
+            let entry: SubscriptionTable.Subscription =
+                pattern.hasWildcards ? .pattern(pattern, subscription.policy) : .exact(pattern.text, subscription.policy)
+            if watchesStates {
+                stateSubscriptions.add(subscription.id, entry, peer: self, index: broker.stateWatchers)
+            } else {
+                subscriptions.add(subscription.id, entry, peer: self, index: broker.index)
+            }
         }
         queue.restore(
             suspendCount: Int(record.suspendCount), merged: record.merged, dropped: record.dropped,
@@ -134,13 +143,14 @@ final class Peer {
         if queue.heldBytes > 0 { broker.startedHolding(self) }
         if record.phase == .closing { closeAfterFlushing() }
         if queue.hasUnflushedBytes { broker.markDirty(self) }
-        logger.debug("connection taken over", metadata: ["subscriptions": "\(subscriptions.count)"])
+        logger.debug("connection taken over", metadata: ["subscriptions": "\(subscriptionCount)"])
     }
 
     var isOpen: Bool { phase == .open }
     /// Whether its frames are still read and served.
     var isServing: Bool { phase == .awaitingHello || phase == .open }
-    var subscriptionCount: Int { subscriptions.count }
+    /// Its subscriptions, to notifications and to state values.
+    var subscriptionCount: Int { subscriptions.count + stateSubscriptions.count }
 
     /// Serves requests whatever is pending (a graceful shutdown writes it all within its deadline).
     func ignoreBackPressure() { isBackPressured = false }
@@ -213,14 +223,18 @@ final class Peer {
         let pattern = subscriptions[subscriptionID]?.text ?? "?"
         logger.warning(
             "disconnecting slow consumer", metadata: ["subscription": "\(subscriptionID)", "pattern": "\(pattern)"])
+        closeAsSlowConsumer(
+            "the client did not read its notifications fast enough (over \(queue.limit) bytes pending) "
+                + "and subscription \(subscriptionID) ('\(pattern)') asked to be disconnected")
+    }
+
+    /// Discards what is unflushed and held, queues `ERROR slow-consumer` with `message` and closes once it is
+    /// written, or after the grace period.
+    func closeAsSlowConsumer(_ message: String) {
         queue.discard()
         broker.stoppedHolding(self)
         _ = queue.append(
-            .error(
-                ErrorFrame(
-                    requestID: ProtocolConstants.noRequest, code: .slowConsumer,
-                    message: "the client did not read its notifications fast enough (over \(queue.limit) bytes pending) "
-                        + "and subscription \(subscriptionID) ('\(pattern)') asked to be disconnected")))
+            .error(ErrorFrame(requestID: ProtocolConstants.noRequest, code: .slowConsumer, message: message)))
         closeAfterFlushing()
         // A peer that never reads again would keep the connection open forever: close it after a grace period.
         let grace = TimeAmount.nanoseconds(Int64(broker.configuration.slowConsumerGraceSeconds * 1e9))
@@ -274,6 +288,8 @@ final class Peer {
         broker.statistics.connectionsClosed += 1
         let released = subscriptions.removeAll(peer: self, from: broker.index)
         account.releaseSubscriptions(released.subscriptions, patternLabels: released.patternLabels)
+        let watches = stateSubscriptions.removeAll(peer: self, from: broker.stateWatchers)
+        account.releaseSubscriptions(watches.subscriptions, patternLabels: watches.patternLabels)
         account.releaseConnection()
         queue.close()
         broker.unregister(self)
@@ -316,7 +332,7 @@ final class Peer {
         let lag = queue.lag(now: now)
         return DaemonClient(
             connection: number, pid: credentials.pid, uid: credentials.uid, gid: credentials.gid,
-            command: command, clientName: clientName, subscriptions: subscriptions.count,
+            command: command, clientName: clientName, subscriptions: subscriptionCount,
             pendingBytes: queue.pendingBytes, heldBytes: queue.heldBytes, suspended: queue.isSuspended,
             merged: queue.merged, dropped: queue.dropped, lagNotifications: lag.notifications, lagBytes: lag.bytes,
             lagOldestSeconds: lag.oldestSeconds)

@@ -179,9 +179,10 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 broker.endRun()
                 turnFrames += 1
                 peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFrames)
-                let visitsBefore = broker.index.patternNodesVisited
+                // A SET_STATE walks the state watchers' trie: it counts like a post's walk.
+                let visitsBefore = broker.index.patternNodesVisited &+ broker.stateWatchers.patternNodesVisited
                 peer.handle(try ClientFrame.decode(type: frame.type, body: &frame.body))
-                turnPatternVisits += broker.index.patternNodesVisited &- visitsBefore
+                turnPatternVisits += broker.index.patternNodesVisited &+ broker.stateWatchers.patternNodesVisited &- visitsBefore
             }
         } catch {
             broker.endRun()

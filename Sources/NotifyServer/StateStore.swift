@@ -33,6 +33,18 @@ struct StateStore {
         return nil
     }
 
+    /// The state values of every name `pattern` matches for which `mayObserve` holds, in ascending byte order of
+    /// the names (a state subscription's current values).
+    func states(matching pattern: NotificationPattern, where mayObserve: (String) -> Bool) -> [(String, UInt64)] {
+        let matches: [(String, UInt64)]
+        if pattern.hasWildcards {
+            matches = states.filter { pattern.matches($0.key.string) }.map { ($0.key.string, $0.value.value) }
+        } else {
+            matches = states[ExactName(pattern.text)].map { [(pattern.text, $0.value)] } ?? []
+        }
+        return matches.filter { mayObserve($0.0) }.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+    }
+
     // MARK: Retained notifications
 
     /// Why `account`'s user may not retain a payload of `size` bytes on `name`, or `nil` if it may.

@@ -5,7 +5,8 @@ package enum ClientFrame: Sendable, Hashable {
     /// Opens the session; must be the first frame on a connection.
     case hello(Hello)
     /// Subscribes to a name or pattern under a client-chosen subscription id. Answered with `OK` or `ERROR`
-    /// (with ``SubscribeFlags/sendRetained``, `RETAINED` frames come first, then the `OK`).
+    /// (with ``SubscribeFlags/sendRetained``, `RETAINED` frames come first, then the `OK`; with
+    /// ``SubscribeFlags/states`` too, `STATE_CHANGED` frames carrying the current values).
     case subscribe(Subscribe)
     /// Removes a subscription. Answered with `OK` or `ERROR`.
     case unsubscribe(requestID: UInt32, subscriptionID: UInt32)
@@ -161,8 +162,12 @@ package struct SubscribeFlags: OptionSet, Sendable, Hashable {
     /// frames carrying this request's id.
     package static let sendRetained = SubscribeFlags(rawValue: 0x01)
 
+    /// Watch the state values of the matching names instead of their notifications: the connection is sent a
+    /// `STATE_CHANGED` for every `SET_STATE` on them (with ``sendRetained``: their current values first).
+    package static let states = SubscribeFlags(rawValue: 0x02)
+
     /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
-    package static let known: SubscribeFlags = [.sendRetained]
+    package static let known: SubscribeFlags = [.sendRetained, .states]
 }
 
 /// Options of a `HELLO` (the `flags` field).
@@ -315,7 +320,7 @@ extension ClientFrame: WireFrameDecodable {
             let argument = try body.readWireString(messageType, "argument")
             frame = .query(requestID: requestID, kind: kind, argument: argument)
         case .welcome, .ok, .posted, .pong, .notification, .overflow, .error, .state, .notificationMerged, .retained,
-            .queryResult, .queryResultPart, .goodbye:
+            .queryResult, .queryResultPart, .stateChanged, .goodbye:
             throw WireDecodingError.unknownMessageType(type)
         }
         try body.ensureFullyRead(messageType)

@@ -28,6 +28,7 @@ package enum MessageType: UInt8, Sendable, Hashable, CaseIterable {
     case retained = 0x8A
     case queryResult = 0x8B
     case queryResultPart = 0x8C
+    case stateChanged = 0x8D
     case error = 0x8F
 
     /// Whether a client sends this type (as opposed to the daemon).
@@ -61,6 +62,7 @@ extension MessageType: CustomStringConvertible {
         case .retained: "RETAINED"
         case .queryResult: "QUERY_RESULT"
         case .queryResultPart: "QUERY_RESULT_PART"
+        case .stateChanged: "STATE_CHANGED"
         case .error: "ERROR"
         }
     }

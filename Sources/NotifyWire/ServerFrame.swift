@@ -27,6 +27,8 @@ package enum ServerFrame: Sendable, Hashable {
     /// Part of a long answer to a `QUERY` that asked for parts: a JSON array holding the next elements; the
     /// answer's last elements come in ``queryResult(requestID:json:)``.
     case queryResultPart(requestID: UInt32, json: ByteBuffer)
+    /// A state value of a watched name: a change, or a current value sent before a `SUBSCRIBE`'s `OK`.
+    case stateChanged(StateChangedFrame)
     /// A request failed, or (when ``ErrorFrame/closesConnection`` is set) the connection is being closed.
     case error(ErrorFrame)
     /// The daemon is shutting down: this is the last frame on the connection; reconnect after the given delay.
@@ -73,6 +75,7 @@ package enum ServerFrame: Sendable, Hashable {
         case .retained: .retained
         case .queryResult: .queryResult
         case .queryResultPart: .queryResultPart
+        case .stateChanged: .stateChanged
         case .goodbye: .goodbye
         }
     }
@@ -187,6 +190,8 @@ extension ServerFrame: WireFrameEncodable {
             case .queryResult(let requestID, let json), .queryResultPart(let requestID, let json):
                 buffer.writeInteger(requestID)
                 buffer.writeWirePayload(json)
+            case .stateChanged(let change):
+                change.encodeFields(into: &buffer)
             case .error(let error):
                 buffer.writeInteger(error.requestID)
                 buffer.writeInteger(error.rawCode)
@@ -343,6 +348,8 @@ extension ServerFrame: WireFrameDecodable {
         case .queryResultPart:
             let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
             frame = .queryResultPart(requestID: requestID, json: try body.readWirePayload(messageType, "json"))
+        case .stateChanged:
+            frame = .stateChanged(try StateChangedFrame.decodeFields(messageType, &body))
         case .error:
             let requestID: UInt32 = try body.readWireInteger(messageType, "request_id")
             let code: UInt16 = try body.readWireInteger(messageType, "code")

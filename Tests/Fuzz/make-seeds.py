@@ -71,12 +71,13 @@ def main():
     example = ROOT / "systemd" / "notifyd.conf.example"
     if example.is_file():
         write(out / "FuzzConfiguration", example.read_bytes())
-    # The committed snapshot of the previous format: whole (mode 0) and as a body to be framed (mode 1).
-    fixture = ROOT / "Tests" / "NotifyServerTests" / "Fixtures" / "snapshot-v1.bin"
-    if fixture.is_file():
-        data = fixture.read_bytes()
-        write(out / "FuzzSnapshot", b"\x00" + data)
-        write(out / "FuzzSnapshot", b"\x01" + data[20:-8])
+    # The committed snapshots of the previous formats: whole (mode 0) and as a body to be framed (mode 1).
+    for version in (1, 2):
+        fixture = ROOT / "Tests" / "NotifyServerTests" / "Fixtures" / f"snapshot-v{version}.bin"
+        if fixture.is_file():
+            data = fixture.read_bytes()
+            write(out / "FuzzSnapshot", b"\x00" + data)
+            write(out / "FuzzSnapshot", b"\x01" + data[20:-8])
     total = sum(len(list((out / t).iterdir())) for t in targets)
     print(f"seeds: {count} vectors -> {total} files in {out}/<target>/")
 

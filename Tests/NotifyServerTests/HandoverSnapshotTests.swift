@@ -43,6 +43,10 @@ struct HandoverSnapshotTests {
                     HandoverSnapshot.Subscription(id: 1, pattern: "config.changed", policy: .coalesce),
                     HandoverSnapshot.Subscription(id: 2, pattern: "config.*", policy: .queue(limit: 100)),
                     HandoverSnapshot.Subscription(id: 9, pattern: "alerts.>", policy: .disconnect),
+                    HandoverSnapshot.Subscription(
+                        id: 10, pattern: "config.*", policy: .coalesce, watchesStates: true),
+                    HandoverSnapshot.Subscription(
+                        id: 11, pattern: "system.power", policy: .coalesce, watchesStates: true),
                 ],
                 outbound: [0x00, 0x2A, 0x85, 0x01], held: [0x00, 0x00, 0x00, 0x01, 0x84],
                 inbound: [0x00, 0x00, 0x00, 0x09, 0x04]),
@@ -58,6 +62,16 @@ struct HandoverSnapshotTests {
 
     static let fixturePath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("Fixtures/snapshot-v1.bin").path
+    static let formatTwoFixturePath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/snapshot-v2.bin").path
+
+    /// The sample as the formats before 3 could write it: without the state subscriptions, which they could not
+    /// express (the fixtures were written from the sample of their day, which had none).
+    static var sampleWithoutStateSubscriptions: HandoverSnapshot {
+        var sample = Self.sample
+        for index in sample.peers.indices { sample.peers[index].subscriptions.removeAll { $0.watchesStates } }
+        return sample
+    }
 
     @Test("every field comes back as it was written")
     func roundTrip() throws {
@@ -65,16 +79,44 @@ struct HandoverSnapshotTests {
         #expect(decoded == Self.sample)
     }
 
-    /// The fixture was written by format 1 and is never regenerated: this test is what shows a format-2 daemon
-    /// still takes over from the previous release. Format 1 had no `HELLO` flags: they read as 0.
+    /// The fixture was written by format 1 and is never regenerated: this test is what shows a format-3 daemon
+    /// still takes over from a format-1 one. Format 1 had no `HELLO` flags: they read as 0.
     @Test("a snapshot written by format 1 (committed fixture) still loads; its connections have no HELLO flags")
-    func previousFormatLoads() throws {
+    func formatOneLoads() throws {
         let bytes = try #require(FileManager.default.contents(atPath: Self.fixturePath), "missing \(Self.fixturePath)")
-        var expected = Self.sample
+        var expected = Self.sampleWithoutStateSubscriptions
         for index in expected.peers.indices { expected.peers[index].helloFlags = 0 }
         #expect(try HandoverSnapshot(decoding: Array(bytes)) == expected)
         #expect(Array(bytes[8..<10]) == [0, 1], "the fixture is format 1")
-        #expect(Self.sample.encoded()[8..<10] == [0, 2], "this daemon writes format 2")
+    }
+
+    /// Written by the format-2 encoder (the daemon before state subscriptions) and never regenerated: version N
+    /// loads N − 1. Format 2 had no subscription flags: every subscription reads as one to notifications.
+    @Test("a snapshot written by format 2 (committed fixture) still loads; its subscriptions watch notifications")
+    func previousFormatLoads() throws {
+        let path = Self.formatTwoFixturePath
+        let bytes = try #require(FileManager.default.contents(atPath: path), "missing \(path)")
+        #expect(try HandoverSnapshot(decoding: Array(bytes)) == Self.sampleWithoutStateSubscriptions)
+        #expect(Array(bytes[8..<10]) == [0, 2], "the fixture is format 2")
+        #expect(Self.sample.encoded()[8..<10] == [0, 3], "this daemon writes format 3")
+    }
+
+    @Test("a subscription record with a flag other than states is refused")
+    func unknownSubscriptionFlag() throws {
+        var bytes = Self.sample.encoded()
+        let decoded = try HandoverSnapshot(decoding: bytes)
+        #expect(decoded.peers[0].subscriptions.filter(\.watchesStates).map(\.id) == [10, 11])
+        // Subscription 11's record ends "system.power", policy 0, queue limit 0, flags 0x02: set a reserved bit, and
+        // a checksum that matches, so only the flag check can refuse it.
+        let marker = Array("system.power".utf8) + [0, 0, 0, 0, 0, 0x02]
+        let start = try #require(
+            (0...(bytes.count - marker.count)).last { Array(bytes[$0..<($0 + marker.count)]) == marker })
+        bytes[start + marker.count - 1] = 0x03
+        let checksum = fnv1a(bytes[HandoverSnapshot.headerLength..<(bytes.count - 8)])
+        for shift in 0..<8 { bytes[bytes.count - 1 - shift] = UInt8(truncatingIfNeeded: checksum >> (8 * UInt64(shift))) }
+        #expect(throws: HandoverError.malformed("subscription 11 on connection 3 has flags 0x3")) {
+            try HandoverSnapshot(decoding: bytes)
+        }
     }
 
     @Test("every truncation is refused with a reason")
@@ -100,9 +142,9 @@ struct HandoverSnapshotTests {
     @Test("a newer format, or something else, is refused by name")
     func versionAndMagic() {
         var newer = Self.sample.encoded()
-        newer[9] = 3  // version 3, big-endian at offset 8
-        #expect(throws: HandoverError.unsupportedVersion(3)) { try HandoverSnapshot(decoding: newer) }
-        #expect(HandoverError.unsupportedVersion(3).description.contains("formats 1 to 2"))
+        newer[9] = 4  // version 4, big-endian at offset 8
+        #expect(throws: HandoverError.unsupportedVersion(4)) { try HandoverSnapshot(decoding: newer) }
+        #expect(HandoverError.unsupportedVersion(4).description.contains("formats 1 to 3"))
         #expect(throws: HandoverError.notASnapshot) { try HandoverSnapshot(decoding: Array("GIF89a and more".utf8)) }
     }
 

@@ -117,6 +117,31 @@ struct HandoverTests {
         }
     }
 
+    @Test("state subscriptions carry over: the watcher keeps receiving changes, counted and unsubscribable as before")
+    func stateSubscriptionsCarryOver() async throws {
+        let first = try await TestServer.start()
+        let watcher = try await first.connect("watcher")
+        try await watcher.watchStates("handover.*", id: 3)
+        try await watcher.subscribe("handover.*", id: 4)
+        let setter = try await first.connect("setter")
+        try await setter.setState("handover.level", 1)
+        #expect(try await watcher.nextStateChange().value == 1)
+
+        let second = try await Self.successor(of: first)
+        try await setter.setState("handover.level", 2)
+        let change = try await watcher.nextStateChange()
+        #expect(change.value == 2 && change.name == "handover.level" && !change.isCurrent, "still a state subscription")
+        try await setter.post("handover.level", "posted")
+        #expect(try await watcher.nextNotification().payloadText == "posted", "and the other one still notifications only")
+        try await watcher.expectQuiet("one frame each")
+        #expect(try await second.status().subscriptions == 2)
+
+        try await watcher.unsubscribe(id: 3)
+        try await setter.setState("handover.level", 3)
+        try await watcher.expectQuiet("the restored state subscription is removed like any other")
+        try await second.stop()
+    }
+
     @Test("posts waiting in an early connection's socket reach the subscribers of every later connection")
     func gapPostsReachLaterConnections() async throws {
         let first = try await TestServer.start()

@@ -181,7 +181,7 @@ struct FrameDecodingTests {
                 // A client type: the daemon reads its (missing) first field; a client refuses the type.
                 #expect(client?.code == .malformedFrame, "0x\(String(type, radix: 16))")
                 #expect(server == .unknownMessageType(type))
-            case 0x81...0x8C, 0x8F:
+            case 0x81...0x8D, 0x8F:
                 #expect(client == .unknownMessageType(type))
                 #expect(server?.code == .malformedFrame, "0x\(String(type, radix: 16))")
             default:

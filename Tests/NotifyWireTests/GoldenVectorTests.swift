@@ -50,6 +50,11 @@ enum GoldenVectors {
                 .init(
                     requestID: 4, subscriptionID: 9, flags: .sendRetained, policy: .queue(limit: 100),
                     pattern: "org.example.>"))),
+        "subscribe-states.hex": .client(
+            .subscribe(
+                .init(
+                    requestID: 5, subscriptionID: 10, flags: [.sendRetained, .states], policy: .coalesce,
+                    pattern: "org.example.battery.*"))),
         "unsubscribe.hex": .client(.unsubscribe(requestID: 3, subscriptionID: 8)),
         "post.hex": .client(
             .post(.init(requestID: 5, flags: [], name: "org.example.session.locked", payload: ByteBuffer()))),
@@ -99,6 +104,16 @@ enum GoldenVectors {
         "query-result.hex": .server(.queryResult(requestID: 16, json: ByteBuffer(string: namesJSON))),
         "query-result-part.hex": .server(
             .queryResultPart(requestID: 16, json: ByteBuffer(string: #"[{"has_retained":false,"name":"a.b","subscribers":2}]"#))),
+        "state-changed.hex": .server(
+            .stateChanged(
+                StateChangedFrame(
+                    requestID: 0, isCurrent: false, value: 4_294_967_338,
+                    sender: SenderCredentials(pid: 1234, uid: 1000, gid: 100), name: batteryLevel))),
+        "state-changed-current.hex": .server(
+            .stateChanged(
+                StateChangedFrame(
+                    requestID: 5, isCurrent: true, value: 17, sender: SenderCredentials(pid: 0, uid: 0, gid: 0),
+                    name: batteryLevel))),
         "goodbye.hex": .server(.goodbye(GoodbyeFrame(reconnectAfterMilliseconds: 1_000, reason: "notifyd is shutting down"))),
         "error.hex": .server(.error(ErrorFrame(requestID: 6, code: .invalidName, message: "invalid name 'a..b'"))),
         "error-fatal.hex": .server(

@@ -26,7 +26,7 @@ struct ProtocolConstantsTests {
             (.overflow, 0x86, "OVERFLOW", false), (.state, 0x87, "STATE", false), (.goodbye, 0x88, "GOODBYE", false),
             (.notificationMerged, 0x89, "NOTIFICATION_MERGED", false), (.retained, 0x8A, "RETAINED", false),
             (.queryResult, 0x8B, "QUERY_RESULT", false), (.queryResultPart, 0x8C, "QUERY_RESULT_PART", false),
-            (.error, 0x8F, "ERROR", false),
+            (.stateChanged, 0x8D, "STATE_CHANGED", false), (.error, 0x8F, "ERROR", false),
         ]
         #expect(MessageType.allCases.count == expected.count)
         for (type, raw, name, clientToDaemon) in expected {
@@ -39,7 +39,8 @@ struct ProtocolConstantsTests {
         #expect(PostFlags.origin.rawValue == 0x04)
         #expect(PostFlags.known.rawValue == 0x07)
         #expect(SubscribeFlags.sendRetained.rawValue == 0x01)
-        #expect(SubscribeFlags.known.rawValue == 0x01)
+        #expect(SubscribeFlags.states.rawValue == 0x02)
+        #expect(SubscribeFlags.known.rawValue == 0x03)
         #expect(QueryKind.status.rawValue == 1)
         #expect(QueryKind.names.rawValue == 2)
         #expect(QueryKind.clients.rawValue == 3)

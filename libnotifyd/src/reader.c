@@ -117,6 +117,9 @@ static int handle_frame(const struct frame *f, struct wbuf *restore) {
     case FT_RETAINED:
         if (w && w->token) nd_route(f->name, f->name_len, f, 1, w->token);
         return 0;
+    case FT_STATE_CHANGED:
+        /* Only a SUBSCRIBE with the states flag brings it, and libnotifyd sends none: nothing to route. */
+        return 0;
     case FT_OVERFLOW:
         /* Notifications of one subscription (or, for id 0, of any) were dropped. notify(3) can only say
          * "something was posted": the check counters of the tokens concerned move, so notify_check reports

@@ -158,6 +158,11 @@ int w_decode(const uint8_t *body, uint32_t len, struct frame *f) {
         if (!c.bad && need(&c, f->payload_len)) { f->payload = c.p; c.p += f->payload_len; }
         break;
     case FT_ERROR: f->req = r32(&c); f->code = r16(&c); f->flags = r8(&c); f->name = rstr(&c, &f->name_len); break;
+    case FT_STATE_CHANGED: /* 7.14: only a SUBSCRIBE with the states flag brings it */
+        f->req = r32(&c); f->flags = r8(&c); f->count = r64(&c);
+        f->pid = r32(&c); f->uid = r32(&c); f->gid = r32(&c);
+        f->name = rstr(&c, &f->name_len);
+        break;
     default: return -1; /* undefined or client-to-daemon type: a protocol error (4) */
     }
     if (c.bad || c.p != c.end) return -1; /* a field past the end, bad UTF-8, or bytes left over (2) */

@@ -10,7 +10,7 @@ enum {
     FT_SET_STATE = 0x06, FT_GET_STATE = 0x07, FT_SUSPEND = 0x08, FT_RESUME = 0x09, FT_QUERY = 0x0A,
     FT_WELCOME = 0x81, FT_OK = 0x82, FT_POSTED = 0x83, FT_PONG = 0x84, FT_NOTIFICATION = 0x85,
     FT_OVERFLOW = 0x86, FT_STATE = 0x87, FT_GOODBYE = 0x88, FT_MERGED = 0x89, FT_RETAINED = 0x8A,
-    FT_QUERY_RESULT = 0x8B, FT_QUERY_PART = 0x8C, FT_ERROR = 0x8F,
+    FT_QUERY_RESULT = 0x8B, FT_QUERY_PART = 0x8C, FT_STATE_CHANGED = 0x8D, FT_ERROR = 0x8F,
 };
 #define FT_MIN_MAX_FRAME 66560u /* every daemon accepts and sends frames this long before WELCOME (2) */
 
@@ -31,11 +31,11 @@ void w_query(struct wbuf *b, uint32_t req, uint8_t kind, const char *argument);
 struct frame {
     uint8_t type;
     uint32_t req;
-    uint64_t seq, count; /* count: merged_count, dropped_count, STATE value, GOODBYE reconnect_after_ms */
+    uint64_t seq, count; /* count: merged_count, dropped_count, STATE and STATE_CHANGED value, GOODBYE reconnect_after_ms */
     uint32_t pid, uid, gid, sub_id, delivered;
     const char *name; uint16_t name_len;
     const uint8_t *payload; uint32_t payload_len;
-    uint16_t code; uint8_t flags; /* ERROR code and closing flag; STATE has_value flag */
+    uint16_t code; uint8_t flags; /* ERROR code and closing flag; STATE has_value flag; STATE_CHANGED current flag */
     const uint8_t *instance; /* WELCOME: 16 bytes */
     uint32_t daemon_pid, max_payload, max_frame, max_subs; uint16_t max_name;
 };

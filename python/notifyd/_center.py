@@ -857,6 +857,10 @@ class Center:
         if isinstance(message, wire.ErrorFrame):
             self._handle_error(message)
             return
+        if isinstance(message, wire.StateChanged):
+            # Only a SUBSCRIBE with the states flag brings it, and this client makes none: nothing to route.
+            logger.debug("notifyd: ignoring STATE_CHANGED for %r (no state subscription asked for it)", message.name)
+            return
         if isinstance(message, wire.QueryResultPart):
             with self._lock:
                 entry = self._pending.get(message.request_id)

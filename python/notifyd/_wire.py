@@ -321,6 +321,30 @@ class QueryResultPart(Message):
 
 
 @dataclasses.dataclass(frozen=True)
+class StateChanged(Message):
+    """``STATE_CHANGED`` (0x8D), § 7.14: a watched state value; only a ``SUBSCRIBE`` with the states flag brings it.
+
+    ``flags`` bit 0: a current value sent before that ``SUBSCRIBE``'s ``OK`` (``request_id`` is its id), not a
+    change (``request_id`` 0). The sender fields are the setter's, all 0 for a current value.
+    """
+
+    TYPE = 0x8D
+    LAYOUT = (U32, U8, U64, U32, U32, U32, STR)
+    request_id: int
+    flags: int
+    value: int
+    sender_pid: int
+    sender_uid: int
+    sender_gid: int
+    name: str
+
+    @property
+    def is_current(self) -> bool:
+        """Whether this is a current value rather than a change (``flags`` bit 0)."""
+        return bool(self.flags & 0x01)
+
+
+@dataclasses.dataclass(frozen=True)
 class ErrorFrame(Message):
     """``ERROR`` (0x8F), § 7.7. ``flags`` bit 0: the daemon closes the connection after it."""
 
@@ -340,7 +364,7 @@ class ErrorFrame(Message):
 ClientMessage = Union[Hello, Subscribe, Unsubscribe, Post, Ping, SetState, GetState, Suspend, Resume, Query]
 ServerMessage = Union[
     Welcome, Ok, Posted, Pong, NotificationFrame, Overflow, State, Goodbye, NotificationMerged, Retained,
-    QueryResult, QueryResultPart, ErrorFrame,
+    QueryResult, QueryResultPart, StateChanged, ErrorFrame,
 ]
 
 CLIENT_TYPES: Dict[int, Type[Message]] = {
@@ -349,7 +373,7 @@ CLIENT_TYPES: Dict[int, Type[Message]] = {
 SERVER_TYPES: Dict[int, Type[Message]] = {
     m.TYPE: m
     for m in (Welcome, Ok, Posted, Pong, NotificationFrame, Overflow, State, Goodbye, NotificationMerged, Retained,
-              QueryResult, QueryResultPart, ErrorFrame)
+              QueryResult, QueryResultPart, StateChanged, ErrorFrame)
 }
 
 

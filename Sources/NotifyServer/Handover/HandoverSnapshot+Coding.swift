@@ -30,10 +30,14 @@ package enum HandoverError: Error, Equatable, CustomStringConvertible {
 // upgrade by one release always keeps its clients.
 extension HandoverSnapshot {
     /// The version this daemon writes.
-    /// Format 2 added each connection's `HELLO` flags (after its client name).
-    package static let formatVersion: UInt16 = 2
-    /// The oldest version this daemon reads: ``formatVersion`` − 1.
+    /// Format 2 added each connection's `HELLO` flags (after its client name); format 3 each subscription's
+    /// `SUBSCRIBE` flags that last (after its queue limit: the states flag).
+    package static let formatVersion: UInt16 = 3
+    /// The oldest version this daemon reads: format 1 still, since format 2 only added fields that read as 0
+    /// without it (and the format-1 fixture keeps that tested).
     package static let oldestReadableVersion: UInt16 = 1
+    /// The `SUBSCRIBE` flags a subscription record keeps (format 3): only the states flag outlasts the request.
+    static let keptSubscribeFlags: SubscribeFlags = .states
     static let magic: [UInt8] = Array("NTFYSNAP".utf8)
     /// Bytes before the body: magic, version, reserved, body length.
     static let headerLength = 8 + 2 + 2 + 8
@@ -84,6 +88,7 @@ extension HandoverSnapshot {
                 body.string(subscription.pattern)
                 body.u8(subscription.policy.code)
                 body.u32(subscription.policy.queueLimit)
+                body.u8(subscription.watchesStates ? SubscribeFlags.states.rawValue : 0)
             }
             body.bytes(peer.outbound)
             body.bytes(peer.held)
@@ -173,7 +178,7 @@ extension HandoverSnapshot {
             let dropped = try reader.u64()
             var subscriptions: [Subscription] = []
             var ids = Set<UInt32>()
-            for _ in 0..<(try reader.count(minimumBytesEach: 4 + 2 + 1 + 4)) {
+            for _ in 0..<(try reader.count(minimumBytesEach: 4 + 2 + 1 + 4 + (version >= 3 ? 1 : 0))) {
                 let id = try reader.u32()
                 guard ids.insert(id).inserted else { throw .malformed("subscription id \(id) repeats on connection \(number)") }
                 let pattern = try reader.pattern()
@@ -182,7 +187,12 @@ extension HandoverSnapshot {
                 guard let policy = DeliveryPolicy(code: code, queueLimit: limit) else {
                     throw .malformed("policy \(code) with queue limit \(limit) on connection \(number)")
                 }
-                subscriptions.append(Subscription(id: id, pattern: pattern, policy: policy))
+                let flags = SubscribeFlags(rawValue: version >= 3 ? try reader.u8() : 0)
+                guard flags.subtracting(Self.keptSubscribeFlags).isEmpty else {
+                    throw .malformed("subscription \(id) on connection \(number) has flags 0x\(String(flags.rawValue, radix: 16))")
+                }
+                subscriptions.append(
+                    Subscription(id: id, pattern: pattern, policy: policy, watchesStates: flags.contains(.states)))
             }
             guard phase != .awaitingHello || subscriptions.isEmpty else {
                 throw .malformed("connection \(number) has subscriptions before its handshake")

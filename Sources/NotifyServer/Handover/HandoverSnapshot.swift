@@ -132,16 +132,19 @@ package struct HandoverSnapshot: Sendable, Equatable {
         case closing = 2
     }
 
-    /// One subscription: its id, its name or pattern, and its policy.
+    /// One subscription: its id, its name or pattern, its policy, and whether it watches state values.
     package struct Subscription: Sendable, Equatable {
         package var id: UInt32
         package var pattern: String
         package var policy: DeliveryPolicy
+        /// Made with `SUBSCRIBE`'s states flag (format 3; `false` when read from formats 1 and 2).
+        package var watchesStates: Bool
 
-        package init(id: UInt32, pattern: String, policy: DeliveryPolicy) {
+        package init(id: UInt32, pattern: String, policy: DeliveryPolicy, watchesStates: Bool = false) {
             self.id = id
             self.pattern = pattern
             self.policy = policy
+            self.watchesStates = watchesStates
         }
     }
 
