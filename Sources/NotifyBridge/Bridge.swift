@@ -30,6 +30,9 @@ package final class Bridge: Sendable {
     let instance = String(UInt64.random(in: 1...UInt64.max), radix: 36)
     private let warnedHostIDClash = NIOLockedValueBox(false)
 
+    /// The `--export` and `--import` patterns, in the order given (the first that matches carries).
+    let exportPatterns: [NotificationPattern]
+    let importPatterns: [NotificationPattern]
     /// Patterns (local) and subjects (NATS) whose subscription was refused: they carry nothing.
     let refusedPatterns = NIOLockedValueBox<Set<String>>([])
 
@@ -56,6 +59,8 @@ package final class Bridge: Sendable {
         self.hostID = hostID
         self.logger = logger
         mapping = try SubjectMapping(prefix: configuration.subjectPrefix)
+        exportPatterns = try configuration.exports.map { try NotificationPattern($0) }
+        importPatterns = try configuration.imports.map { try NotificationPattern($0) }
         var local = NotifyCenter.Configuration(
             socketPath: configuration.socketPath, clientName: "notifyd-bridge", logger: logger,
             whileDisconnected: .wait(timeout: 10))
@@ -111,7 +116,6 @@ package final class Bridge: Sendable {
         }
         eventTasks.withLockedValue { $0.append(natsTask) }
         let options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
-        let exportPatterns = try configuration.exports.map { try NotificationPattern($0) }
         for (index, pattern) in exportPatterns.enumerated() {
             let earlier = Array(exportPatterns[..<index])
             let observation = try center.observe(pattern.text, on: .immediate, options: options) { [self] notification in
@@ -120,7 +124,7 @@ package final class Bridge: Sendable {
             }
             observations.withLockedValue { $0.append(observation) }
         }
-        let importSubjects = configuration.imports.map { mapping.subject(forPattern: $0) }
+        let importSubjects = importPatterns.map { mapping.subject(forPattern: $0.text) }
         for (index, subject) in importSubjects.enumerated() {
             let earlier = Array(importSubjects[..<index])
             _ = try nats.subscribe(subject) { [self] message in
@@ -129,6 +133,11 @@ package final class Bridge: Sendable {
                 }
                 importMessage(message)
             }
+        }
+        if let bucket = configuration.kvBucket {
+            let mirror = StateMirror(bridge: self, bucket: bucket)
+            let mirrorTask = Task { await mirror.run() }
+            eventTasks.withLockedValue { $0.append(mirrorTask) }
         }
     }
 

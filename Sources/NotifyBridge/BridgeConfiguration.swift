@@ -44,7 +44,13 @@ package struct BridgeConfiguration: Sendable, Equatable {
         }) {
             throw .invalidValue("host-id (1 to 255 bytes, no spaces or control characters)", hostID)
         }
-        if let kvBucket { throw .unsupported("kv-bucket \(kvBucket): JetStream key-value mirroring is not implemented") }
+        // JetStream's stream names: the bucket is the stream KV_NAME.
+        if let kvBucket, kvBucket.isEmpty || !kvBucket.utf8.allSatisfy({ byte in
+            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+        }) {
+            throw .invalidValue("kv-bucket", kvBucket)
+        }
     }
 
     /// Applies a configuration file: one directive per line (`socket PATH`, `nats URL`, `export PATTERN`,
@@ -94,7 +100,6 @@ package enum BridgeConfigurationError: Error, Equatable, CustomStringConvertible
     case invalidPrefix(String)
     case invalidValue(String, String)
     case syntax(line: Int, String)
-    case unsupported(String)
 
     package var description: String {
         switch self {
@@ -104,7 +109,6 @@ package enum BridgeConfigurationError: Error, Equatable, CustomStringConvertible
         case .invalidPrefix(let prefix): "invalid subject prefix '\(prefix)' (a NATS subject without wildcards)"
         case .invalidValue(let name, let value): "invalid \(name) '\(value)'"
         case .syntax(let line, let why): "configuration line \(line): \(why)"
-        case .unsupported(let what): "not supported: \(what)"
         }
     }
 }

@@ -36,6 +36,11 @@ final class BridgeMetrics: Sendable {
         case .importInvalidOrigin: return ("refused", refused, "invalid_origin")
         case .importHostIDClash: return ("refused", refused, "host_id_clash")
         case .natsReconnects: return ("nats_reconnects", "NATS connections after the first.", nil)
+        case .stateExported: return ("state_exported", "State values put into the key-value bucket.", nil)
+        case .stateImported: return ("state_imported", "State values from the key-value bucket set locally.", nil)
+        case .stateExportFailed: return ("dropped", dropped, "state_put_failed")
+        case .stateRefused: return ("refused", refused, "state_daemon")
+        case .stateInvalid: return ("refused", refused, "state_invalid")
         case .importSkippedOwn: return nil
         }
     }

@@ -33,6 +33,17 @@ package enum BridgeCounter: Int, CaseIterable, Sendable {
     case importGaps
     /// NATS reconnections so far.
     case natsReconnects
+    /// State values put into the key-value bucket (`--kv-bucket`).
+    case stateExported
+    /// State values the bucket did not take (unreachable, no acknowledgement, refused).
+    case stateExportFailed
+    /// State values from the bucket set locally.
+    case stateImported
+    /// State values from the bucket that the local daemon refused (a reserved prefix, another user's `user.` name,
+    /// a quota).
+    case stateRefused
+    /// Bucket entries under `state.` whose key or value this bridge cannot read.
+    case stateInvalid
 
     /// The counter's name: the case name.
     var key: String { "\(self)" }

@@ -67,7 +67,9 @@ struct BridgeConfigurationTests {
         #expect(refusal { $0.subjectPrefix = "a.*" } == .invalidPrefix("a.*"))
         #expect(refusal { $0.subjectPrefix = "a b" } == .invalidPrefix("a b"))
         #expect(refusal { $0.queueLimit = 0 } == .invalidValue("queue-limit", "0"))
-        if case .unsupported = refusal({ $0.kvBucket = "kv" }) {} else { Issue.record("kv-bucket accepted") }
+        #expect(refusal { $0.kvBucket = "fleet-state_1" } == nil)
+        #expect(refusal { $0.kvBucket = "a.b" } == .invalidValue("kv-bucket", "a.b"))
+        #expect(refusal { $0.kvBucket = "" } == .invalidValue("kv-bucket", ""))
     }
 
     @Test("names map to PREFIX.NAME and back; subjects outside the prefix map to no name")

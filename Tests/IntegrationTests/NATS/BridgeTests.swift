@@ -172,7 +172,7 @@ struct BridgeTests {
                 (["--nats", "h", "--export", "a..b"], "invalid pattern 'a..b'"),
                 (["--nats", "h", "--import", "self.>"], "self. names never leave their process"),
                 (["--nats", "h", "--export", ">", "--subject-prefix", "a.*"], "invalid subject prefix 'a.*'"),
-                (["--nats", "h", "--export", ">", "--kv-bucket", "kv"], "not supported: kv-bucket kv"),
+                (["--nats", "h", "--export", ">", "--kv-bucket", "a*b"], "invalid kv-bucket 'a*b'"),
                 (["--config", scope.directory + "/missing.conf"], "cannot read \(scope.directory)/missing.conf"),
             ]
             for (arguments, message) in cases {
