@@ -58,7 +58,10 @@ extension CenterCore {
                     continue
                 }
                 _ = state.sendRequest(.subscribe(pattern: key.pattern)) {
-                    .subscribe(.init(requestID: $0, subscriptionID: id, policy: key.policy.wire, pattern: key.pattern))
+                    .subscribe(
+                        .init(
+                            requestID: $0, subscriptionID: id, flags: key.subscribeFlags, policy: key.policy.wire,
+                            pattern: key.pattern))
                 }
             }
             for _ in 0..<suspendDepth {

@@ -56,6 +56,27 @@ extension CenterCore {
         staging.returnTargetBuffer(consume targets)
     }
 
+    /// A post made with retain that the daemon marked (`RETAINED` with request id 0) because one of this
+    /// connection's subscriptions asked for it: delivered as a notification to every observation its name reaches,
+    /// reporting ``ReceivedNotification/isRetainedPost`` to those that asked (``ObservationOptions/marksRetainedPosts``).
+    func deliverMarkedRetainedPost(_ frame: NotificationFrame, staging: DeliveryStaging) {
+        var targets = staging.takeTargetBuffer()
+        state.withLockedValue { $0.registry.collectObservers(of: frame.name, takingDrops: true, into: &targets) }
+        if !targets.isEmpty {
+            var notification = ReceivedNotification(
+                name: frame.name, storage: frame.payload.withUnsafeReadableBytes { staging.storePayload($0) },
+                sequence: frame.sequence, sender: SenderCredentials(frame.sender))
+            notification.origin = frame.origin.map(NotificationOrigin.init)
+            for (observer, drops) in targets where !observer.isWaitingForCurrentValue {
+                notification.droppedBefore = drops
+                notification.isRetainedPost = observer.key.marksRetained
+                staging.add(notification, for: observer)
+            }
+        }
+        // No run is opened: the NOTIFICATIONs after it go the full way (runs are for posts without retain).
+        staging.returnTargetBuffer(consume targets)
+    }
+
     /// A retained notification answers one observation's request for the current value: only it receives it.
     func deliverRetained(_ frame: NotificationFrame, requestID: UInt32) {
         guard case .currentValue(let core, _) = state.withLockedValue({ $0.pending[requestID] }) else { return }

@@ -26,6 +26,9 @@ extension CenterCore {
             deliver(notification, mergedCount: 0, staging: staging)
         case .notificationMerged(let mergedCount, let notification):
             deliver(notification, mergedCount: mergedCount, staging: staging)
+        case .retained(ProtocolConstants.noRequest, let notification):
+            // Request id 0 answers no request: a post made with retain, marked for a marks-retained subscription.
+            deliverMarkedRetainedPost(notification, staging: staging)
         case .retained(let requestID, let notification):
             deliverRetained(notification, requestID: requestID)
         case .welcome(let welcome):

@@ -12,7 +12,8 @@ extension CenterCore {
         } catch {
             throw NotifyError.invalidName(error)
         }
-        let key = SubscriptionKey(pattern: patternText, policy: options.policy)
+        let key = SubscriptionKey(
+            pattern: patternText, policy: options.policy, marksRetained: options.marksRetainedPosts)
         let isLocal = NotificationName.isProcessLocal(patternText)
         let (core, schedule) = state.withLockedValue { state -> (ObservationCore, Bool) in
             let added = state.registry.add(pattern, key: key) { id, slot in
@@ -42,7 +43,8 @@ extension CenterCore {
             let schedule = state.sendRequest(request) {
                 .subscribe(
                     .init(
-                        requestID: $0, subscriptionID: subscriptionID, flags: wantsCurrent ? .sendRetained : [],
+                        requestID: $0, subscriptionID: subscriptionID,
+                        flags: wantsCurrent ? key.subscribeFlags.union(.sendRetained) : key.subscribeFlags,
                         policy: options.policy.wire, pattern: patternText))
             }
             return (core, schedule)

@@ -161,18 +161,31 @@ struct ObservationRegistry: Sendable {
     }
 }
 
-/// A daemon subscription's identity in the library: the pattern, the policy, and whether it watches state values.
+/// A daemon subscription's identity in the library: the pattern, the policy, and whether it watches state values
+/// or marks retained posts.
 struct SubscriptionKey: Hashable, Sendable {
     /// Compared byte for byte, as the daemon compares names.
     private var exactPattern: ExactName
     var policy: DeliveryPolicy
     /// Made with `SUBSCRIBE`'s states flag (``NotifyCenter/observeStates(_:sendingCurrent:on:isolation:handler:)``).
     var watchesStates: Bool
+    /// Made with `SUBSCRIBE`'s marks-retained flag (``ObservationOptions/marksRetainedPosts``).
+    var marksRetained: Bool
 
-    init(pattern: String, policy: DeliveryPolicy, watchesStates: Bool = false) {
+    init(pattern: String, policy: DeliveryPolicy, watchesStates: Bool = false, marksRetained: Bool = false) {
         self.exactPattern = ExactName(pattern)
         self.policy = policy
         self.watchesStates = watchesStates
+        self.marksRetained = marksRetained
+    }
+
+    /// The `SUBSCRIBE` flags that make the subscription what it is (the caller adds send-retained when asking for
+    /// current values).
+    var subscribeFlags: SubscribeFlags {
+        var flags: SubscribeFlags = []
+        if watchesStates { flags.insert(.states) }
+        if marksRetained { flags.insert(.marksRetained) }
+        return flags
     }
 
     var pattern: String { exactPattern.string }

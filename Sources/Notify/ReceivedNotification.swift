@@ -30,6 +30,10 @@ public struct ReceivedNotification: Sendable, Hashable {
     /// Whether this is the retained notification delivered as the current value when observing began
     /// (``ObservationOptions/receivesCurrentValue``), rather than a new post.
     public var isRetained = false
+    /// Whether the post was made with `retain` (it became its name's retained notification). Only reported on
+    /// observations with ``ObservationOptions/marksRetainedPosts``; `false` on others, and for the current value
+    /// (see ``isRetained``).
+    public var isRetainedPost = false
     /// For a notification relayed from another host (by `notifyd-bridge`): where it was first posted; `nil` for a
     /// local post. ``sender`` is then the relay's process.
     public var origin: NotificationOrigin?
@@ -84,12 +88,13 @@ public struct ReceivedNotification: Sendable, Hashable {
     /// The payload as `Data`.
     public var payloadData: Data { withPayloadBytes { Data($0) } }
 
-    /// Whether two notifications have the same name, sequence, sender, loss counters, retained flag, origin and
+    /// Whether two notifications have the same name, sequence, sender, loss counters, retained flags, origin and
     /// payload bytes.
     public static func == (lhs: ReceivedNotification, rhs: ReceivedNotification) -> Bool {
         guard lhs.name == rhs.name, lhs.sequence == rhs.sequence, lhs.sender == rhs.sender,
             lhs.mergedCount == rhs.mergedCount, lhs.droppedBefore == rhs.droppedBefore,
-            lhs.isRetained == rhs.isRetained, lhs.origin == rhs.origin, lhs.payloadCount == rhs.payloadCount
+            lhs.isRetained == rhs.isRetained, lhs.isRetainedPost == rhs.isRetainedPost, lhs.origin == rhs.origin,
+            lhs.payloadCount == rhs.payloadCount
         else { return false }
         return lhs.withPayloadBytes { left in rhs.withPayloadBytes { right in left.elementsEqual(right) } }
     }
@@ -102,6 +107,7 @@ public struct ReceivedNotification: Sendable, Hashable {
         hasher.combine(mergedCount)
         hasher.combine(droppedBefore)
         hasher.combine(isRetained)
+        hasher.combine(isRetainedPost)
         hasher.combine(origin)
         hasher.combine(payloadCount)
         withPayloadBytes { hasher.combine(bytes: $0) }

@@ -24,20 +24,31 @@ extension Broker {
                 ).encode(into: &encoded)
                 frame = encoded
             }
-            var taken = peer.queue.queueUnheld(frame!)
-            if taken == nil, peer.queue.hasUnflushedBytes {
-                // Bytes of this read burst not yet handed to the socket count as pending: hand them over now (a
-                // write the socket takes at once frees its bytes) before judging the peer too slow.
-                flush(peer)
-                guard peer.isOpen else { return }
-                taken = peer.queue.queueUnheld(frame!)
-            }
-            guard let flushNow = taken else {
-                statistics.slowConsumerDisconnects += 1
-                peer.disconnectSlowStateWatcher(name: name)
-                return
-            }
-            flushNow ? flush(peer) : markDirty(peer)
+            queueUnheld(frame!, for: peer) { $0.disconnectSlowStateWatcher(name: name) }
         }
+    }
+
+    /// Queues `frame`, one that is never held, merged or dropped (`STATE_CHANGED`, a marked `RETAINED(0)`), for
+    /// `peer` at once, even while it is suspended or holding notifications; when it does not fit within the peer's
+    /// bound or its user's outbound quota, closes the peer with `close` (as a slow consumer).
+    ///
+    /// - Returns: whether it was queued.
+    @discardableResult
+    func queueUnheld(_ frame: ByteBuffer, for peer: Peer, orClose close: (Peer) -> Void) -> Bool {
+        var taken = peer.queue.queueUnheld(frame)
+        if taken == nil, peer.queue.hasUnflushedBytes {
+            // Bytes of this read burst not yet handed to the socket count as pending: hand them over now (a
+            // write the socket takes at once frees its bytes) before judging the peer too slow.
+            flush(peer)
+            guard peer.isOpen else { return false }
+            taken = peer.queue.queueUnheld(frame)
+        }
+        guard let flushNow = taken else {
+            statistics.slowConsumerDisconnects += 1
+            close(peer)
+            return false
+        }
+        flushNow ? flush(peer) : markDirty(peer)
+        return true
     }
 }

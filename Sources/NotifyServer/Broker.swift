@@ -144,10 +144,12 @@ final class Broker {
     // MARK: Routing
 
     /// Collects every peer with a subscription matching `name` that may observe it into `recipients`, once per
-    /// peer under its strongest matching subscription.
+    /// peer under its strongest matching subscription; with `mergingMarks` (a post made with retain only), a peer
+    /// marks retained posts if any of its matching subscriptions does.
+    @inline(__always)
     private func collectRecipients(
         of name: String, exactSubscribers: SubscriberIndex.Subscribers?, poster: Peer?, in index: SubscriberIndex,
-        into recipients: inout [Recipient]
+        mergingMarks: Bool = false, into recipients: inout [Recipient]
     ) {
         routeMark &+= 1
         let mark = routeMark
@@ -160,7 +162,15 @@ final class Broker {
             let slot = subscriber.peer.slot
             if slots[slot].mark == mark {
                 let position = slots[slot].position
-                if position >= 0, recipients[position].isWeaker(than: subscriber) { recipients[position] = subscriber }
+                guard position >= 0 else { return }
+                if mergingMarks {
+                    // A marking subscription wins over a non-marking one, whatever their policies.
+                    let marks = recipients[position].marksRetained || subscriber.marksRetained
+                    if recipients[position].isWeaker(than: subscriber) { recipients[position] = subscriber }
+                    recipients[position].marksRetained = marks
+                } else if recipients[position].isWeaker(than: subscriber) {
+                    recipients[position] = subscriber
+                }
                 return
             }
             slots[slot].mark = mark
@@ -180,6 +190,9 @@ final class Broker {
     /// - Parameter exactSubscribers: the index's exact subscribers of `name`, looked up once per post.
     /// - Parameter origin: a relayed post's origin: recipients that asked for origins get a second encoding that
     ///   carries it (PROTOCOL.md § 16), made only if one of them matches.
+    /// - Parameter retain: keep it as `name`'s retained notification (with its origin), and send it as
+    ///   `RETAINED(0)` to recipients whose matching subscriptions mark retained posts (see
+    ///   `Broker+Retained.swift`); only such a post looks at the marks.
     func post(
         name: String, payload: ByteBuffer, sender: SenderCredentials, origin: RelayOrigin? = nil, retain: Bool,
         exactSubscribers: SubscriberIndex.Subscribers?, poster: Peer? = nil
@@ -189,10 +202,15 @@ final class Broker {
         statistics.posts += 1
         let sequence = lastSequence
         if retain {
-            store.retain(name: name, payload: payload, sender: sender, sequence: sequence, accounts: accounts)
+            store.retain(
+                name: name, payload: payload, sender: sender, origin: origin, sequence: sequence, accounts: accounts)
+            collectRecipients(
+                of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, mergingMarks: true,
+                into: &recipients)
+        } else {
+            collectRecipients(
+                of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &recipients)
         }
-        collectRecipients(
-            of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &recipients)
         guard !recipients.isEmpty else { return (sequence, 0) }
         var frame = allocator.buffer(
             capacity: NotificationFrame.encodedLength(
@@ -206,9 +224,23 @@ final class Broker {
         }
         var delivered: UInt32 = 0
         isRouting = true
-        for recipient in recipients {
-            let encoding = withOrigin != nil && recipient.peer.acceptsOrigins ? withOrigin! : frame
-            if offer(encoding, name: name, sequence: sequence, to: recipient) { delivered += 1 }
+        if retain {
+            var marked = MarkedRetainedPost(
+                notification: NotificationFrame(
+                    sequence: sequence, sender: sender, name: name, payload: payload, origin: origin))
+            for recipient in recipients {
+                let withOrigins = withOrigin != nil && recipient.peer.acceptsOrigins
+                if recipient.marksRetained {
+                    if queueMarkedRetained(&marked, withOrigin: withOrigins, to: recipient.peer) { delivered += 1 }
+                } else if offer(withOrigins ? withOrigin! : frame, name: name, sequence: sequence, to: recipient) {
+                    delivered += 1
+                }
+            }
+        } else {
+            for recipient in recipients {
+                let encoding = withOrigin != nil && recipient.peer.acceptsOrigins ? withOrigin! : frame
+                if offer(encoding, name: name, sequence: sequence, to: recipient) { delivered += 1 }
+            }
         }
         isRouting = false
         recipients.removeAll(keepingCapacity: true)

@@ -27,7 +27,7 @@ extension Peer {
             table.all.map { entry in
                 HandoverSnapshot.Subscription(
                     id: entry.id, pattern: entry.subscription.text, policy: entry.subscription.policy,
-                    watchesStates: watchesStates)
+                    watchesStates: watchesStates, marksRetained: table.marksRetained(entry.id))
             }
         }
         return (records(subscriptions, watchesStates: false) + records(stateSubscriptions, watchesStates: true))

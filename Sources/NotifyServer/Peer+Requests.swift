@@ -69,6 +69,12 @@ extension Peer {
             reject(requestID, .unsupportedFlags, "SUBSCRIBE flags 0x\(String(unknownFlags.rawValue, radix: 16)) are not defined")
             return
         }
+        guard !subscribe.flags.isSuperset(of: [.states, .marksRetained]) else {
+            reject(
+                requestID, .unsupportedFlags,
+                "SUBSCRIBE flag 0x04 (marks-retained) does not go with 0x02 (states): a state subscription delivers no posts")
+            return
+        }
         guard let policy = subscribe.policy else {
             reject(
                 requestID, .invalidRequest,
@@ -125,12 +131,16 @@ extension Peer {
             reply(.ok(requestID: requestID))
             return
         }
-        subscriptions.add(subscribe.subscriptionID, entry, peer: self, index: broker.index)
+        subscriptions.add(
+            subscribe.subscriptionID, entry, marksRetained: subscribe.flags.contains(.marksRetained), peer: self,
+            index: broker.index)
         // Retained notifications first: the OK that follows tells the client the current values are complete.
         if subscribe.flags.contains(.sendRetained) {
-            for notification in broker.store.retainedNotifications(
+            for var notification in broker.store.retainedNotifications(
                 matching: pattern, where: { broker.mayObserve($0, identity) })
             {
+                // The origin of a relayed one, as in a NOTIFICATION: only for a client that asked for origins.
+                if !acceptsOrigins { notification.origin = nil }
                 queue.appendWithoutCheck(.retained(requestID: requestID, notification))
             }
         }

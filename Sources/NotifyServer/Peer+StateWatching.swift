@@ -24,4 +24,13 @@ extension Peer {
             "the client did not read fast enough (over \(queue.limit) bytes pending) to take the state change of "
                 + "'\(name)', and state changes are never dropped")
     }
+
+    /// Closes with `ERROR slow-consumer`: the marked `RETAINED(0)` of a post to `name` (PROTOCOL.md § 9.5) would
+    /// take the peer past its bound, and such frames are never dropped.
+    func disconnectSlowRetainedMarker(name: String) {
+        logger.warning("disconnecting slow consumer of marked retained posts", metadata: ["name": "\(name)"])
+        closeAsSlowConsumer(
+            "the client did not read fast enough (over \(queue.limit) bytes pending) to take the retained post to "
+                + "'\(name)' that a marks-retained subscription asked for, and those are never dropped")
+    }
 }

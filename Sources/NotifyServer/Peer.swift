@@ -134,7 +134,8 @@ final class Peer {
             if watchesStates {
                 stateSubscriptions.add(subscription.id, entry, peer: self, index: broker.stateWatchers)
             } else {
-                subscriptions.add(subscription.id, entry, peer: self, index: broker.index)
+                subscriptions.add(
+                    subscription.id, entry, marksRetained: subscription.marksRetained, peer: self, index: broker.index)
             }
         }
         queue.restore(

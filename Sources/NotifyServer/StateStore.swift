@@ -10,6 +10,8 @@ struct StateStore {
         var sender: SenderCredentials
         var payload: ByteBuffer
         var ownerUID: UInt32
+        /// The relay origin of a post made with the origin flag (PROTOCOL.md § 16.1).
+        var origin: RelayOrigin?
     }
 
     private(set) var states: [ExactName: (value: UInt64, ownerUID: UInt32)] = [:]
@@ -55,7 +57,8 @@ struct StateStore {
 
     /// Keeps `payload` as `name`'s retained notification, charged to its sender (see ``checkRetain(_:name:account:)``).
     mutating func retain(
-        name: String, payload: ByteBuffer, sender: SenderCredentials, sequence: UInt64, accounts: UserAccounts
+        name: String, payload: ByteBuffer, sender: SenderCredentials, origin: RelayOrigin? = nil, sequence: UInt64,
+        accounts: UserAccounts
     ) {
         let key = ExactName(name)
         if let previous = retained[key] {
@@ -64,7 +67,8 @@ struct StateStore {
         // Own copy: the decoded payload is a slice of the peer's read buffer.
         var copy = ByteBufferAllocator().buffer(capacity: payload.readableBytes)
         copy.writeImmutableBuffer(payload)
-        retained[key] = RetainedNotification(sequence: sequence, sender: sender, payload: copy, ownerUID: sender.uid)
+        retained[key] = RetainedNotification(
+            sequence: sequence, sender: sender, payload: copy, ownerUID: sender.uid, origin: origin)
         accounts.account(for: sender.uid).chargeRetained(payload.readableBytes)
     }
 
@@ -76,7 +80,7 @@ struct StateStore {
         let retained = self.retained.map { name, entry in
             HandoverSnapshot.Retained(
                 name: name.string, sequence: entry.sequence, sender: entry.sender, ownerUID: entry.ownerUID,
-                payload: Array(entry.payload.readableBytesView))
+                payload: Array(entry.payload.readableBytesView), origin: entry.origin)
         }
         return (states.sorted { $0.name < $1.name }, retained.sorted { $0.sequence < $1.sequence })
     }
@@ -92,12 +96,13 @@ struct StateStore {
         for entry in retained {
             self.retained[ExactName(entry.name)] = RetainedNotification(
                 sequence: entry.sequence, sender: entry.sender, payload: ByteBuffer(bytes: entry.payload),
-                ownerUID: entry.ownerUID)
+                ownerUID: entry.ownerUID, origin: entry.origin)
             accounts.account(for: entry.ownerUID).chargeRetained(entry.payload.count)
         }
     }
 
-    /// The retained notifications of every name `pattern` matches, oldest first, for which `mayObserve` holds.
+    /// The retained notifications of every name `pattern` matches, oldest first, for which `mayObserve` holds,
+    /// each with its origin if it has one (the caller removes it for a peer that did not ask for origins).
     func retainedNotifications(
         matching pattern: NotificationPattern, where mayObserve: (String) -> Bool
     ) -> [NotificationFrame] {
@@ -111,7 +116,9 @@ struct StateStore {
             .filter { name, _ in mayObserve(name) }
             .sorted { $0.1.sequence < $1.1.sequence }
             .map { name, entry in
-                NotificationFrame(sequence: entry.sequence, sender: entry.sender, name: name, payload: entry.payload)
+                NotificationFrame(
+                    sequence: entry.sequence, sender: entry.sender, name: name, payload: entry.payload,
+                    origin: entry.origin)
             }
     }
 }

@@ -6,6 +6,10 @@ struct Subscriber {
     let peer: Peer
     var subscriptionID: UInt32
     var policy: DeliveryPolicy
+    /// Whether one of the peer's subscriptions with this text has the marks-retained flag (PROTOCOL.md § 6.2): a
+    /// post made with retain then reaches the peer as `RETAINED(0)`. Fits in the struct's padding (no memory per
+    /// subscription), and only posts made with retain look at it.
+    var marksRetained = false
 
     /// Whether `other` should win over this one for the same peer: the stronger policy, and between equals the
     /// lower subscription id, so the choice does not depend on the order of the matches.

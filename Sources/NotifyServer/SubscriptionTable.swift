@@ -29,10 +29,15 @@ struct SubscriptionTable {
     private var repeatedExact: [ExactName: [UInt32]] = [:]
     /// The ids of the subscriptions per pattern text.
     private var patternIDs: [ExactName: [UInt32]] = [:]
+    /// The ids of the subscriptions with the marks-retained flag (empty for almost every peer).
+    private var markingIDs: Set<UInt32> = []
 
     var count: Int { byID.count }
 
     subscript(id: UInt32) -> Subscription? { byID[id] }
+
+    /// Whether subscription `id` has the marks-retained flag.
+    func marksRetained(_ id: UInt32) -> Bool { !markingIDs.isEmpty && markingIDs.contains(id) }
 
     /// Every subscription with its id, by id (for a hand-over).
     var all: [(id: UInt32, subscription: Subscription)] {
@@ -42,9 +47,13 @@ struct SubscriptionTable {
     /// Whether the peer has no subscription with this pattern yet (a new one adds to the trie).
     func isNewPattern(_ pattern: NotificationPattern) -> Bool { patternIDs[ExactName(pattern.text)] == nil }
 
-    /// Adds a subscription and lists `peer` in `index` under the strongest of its subscriptions with that text.
-    mutating func add(_ id: UInt32, _ subscription: Subscription, peer: Peer, index: SubscriberIndex) {
+    /// Adds a subscription and lists `peer` in `index` under the strongest of its subscriptions with that text
+    /// (marking retained posts if any of them has the flag, `marksRetained`).
+    mutating func add(
+        _ id: UInt32, _ subscription: Subscription, marksRetained: Bool = false, peer: Peer, index: SubscriberIndex
+    ) {
         byID[id] = subscription
+        if marksRetained { markingIDs.insert(id) }
         switch subscription {
         case .pattern(let pattern, _):
             let key = ExactName(pattern.text)
@@ -58,7 +67,8 @@ struct SubscriptionTable {
             } else if let existing = index.subscriber(of: peer, exact: name) {
                 repeatedExact[key] = [existing.subscriptionID, id]
             } else {
-                index.set(Subscriber(peer: peer, subscriptionID: id, policy: policy), exact: name)
+                index.set(
+                    Subscriber(peer: peer, subscriptionID: id, policy: policy, marksRetained: marksRetained), exact: name)
                 return
             }
             index.set(strongest(of: repeatedExact[key]!, peer: peer), exact: name)
@@ -71,6 +81,7 @@ struct SubscriptionTable {
     ///   peer has), or `nil` if there is no subscription with this id.
     mutating func remove(_ id: UInt32, peer: Peer, index: SubscriberIndex) -> (Subscription, patternLabels: Int)? {
         guard let subscription = byID.removeValue(forKey: id) else { return nil }
+        markingIDs.remove(id)
         switch subscription {
         case .pattern(let pattern, _):
             let key = ExactName(pattern.text)
@@ -115,16 +126,21 @@ struct SubscriptionTable {
         byID.removeAll()
         repeatedExact.removeAll()
         patternIDs.removeAll()
+        markingIDs.removeAll()
         return (count, labels)
     }
 
-    /// The strongest of the subscriptions `ids` (see ``Subscriber/isWeaker(than:)``).
+    /// The strongest of the subscriptions `ids` (see ``Subscriber/isWeaker(than:)``), marking retained posts if
+    /// any of them does.
     private func strongest(of ids: [UInt32], peer: Peer) -> Subscriber {
         var best: Subscriber?
+        var marks = false
         for id in ids {
             let candidate = Subscriber(peer: peer, subscriptionID: id, policy: byID[id]!.policy)
             if best == nil || best!.isWeaker(than: candidate) { best = candidate }
+            marks = marks || marksRetained(id)
         }
+        best!.marksRetained = marks
         return best!
     }
 }

@@ -6,7 +6,8 @@ package enum ClientFrame: Sendable, Hashable {
     case hello(Hello)
     /// Subscribes to a name or pattern under a client-chosen subscription id. Answered with `OK` or `ERROR`
     /// (with ``SubscribeFlags/sendRetained``, `RETAINED` frames come first, then the `OK`; with
-    /// ``SubscribeFlags/states`` too, `STATE_CHANGED` frames carrying the current values).
+    /// ``SubscribeFlags/states`` too, `STATE_CHANGED` frames carrying the current values). With
+    /// ``SubscribeFlags/marksRetained``, later posts made with retain come as `RETAINED` frames with request id 0.
     case subscribe(Subscribe)
     /// Removes a subscription. Answered with `OK` or `ERROR`.
     case unsubscribe(requestID: UInt32, subscriptionID: UInt32)
@@ -166,8 +167,13 @@ package struct SubscribeFlags: OptionSet, Sendable, Hashable {
     /// `STATE_CHANGED` for every `SET_STATE` on them (with ``sendRetained``: their current values first).
     package static let states = SubscribeFlags(rawValue: 0x02)
 
+    /// Mark retained posts: a post made with retain that this subscription matches reaches the connection as a
+    /// `RETAINED` frame with request id 0 instead of a `NOTIFICATION` (PROTOCOL.md § 6.2, § 9.5). Not with
+    /// ``states``.
+    package static let marksRetained = SubscribeFlags(rawValue: 0x04)
+
     /// Every flag protocol v1 defines; a daemon rejects others with `unsupported-flags`.
-    package static let known: SubscribeFlags = [.sendRetained, .states]
+    package static let known: SubscribeFlags = [.sendRetained, .states, .marksRetained]
 }
 
 /// Options of a `HELLO` (the `flags` field).

@@ -20,7 +20,8 @@ package enum ServerFrame: Sendable, Hashable {
     case state(requestID: UInt32, value: UInt64?)
     /// A coalesced notification: the latest of `mergedCount + 1` notifications on its name.
     case notificationMerged(mergedCount: UInt64, NotificationFrame)
-    /// A retained notification sent because `SUBSCRIBE` request `requestID` asked for it.
+    /// A retained notification sent because `SUBSCRIBE` request `requestID` asked for it; or, with `requestID` 0,
+    /// a post made with retain, to a connection whose matching subscription has ``SubscribeFlags/marksRetained``.
     case retained(requestID: UInt32, NotificationFrame)
     /// Answers `QUERY`: UTF-8 JSON (`protocol/PROTOCOL.md` § 11).
     case queryResult(requestID: UInt32, json: ByteBuffer)

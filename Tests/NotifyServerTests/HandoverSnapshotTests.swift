@@ -31,7 +31,11 @@ struct HandoverSnapshotTests {
         retained: [
             HandoverSnapshot.Retained(
                 name: "config.changed", sequence: 4_200, sender: SenderCredentials(pid: 99, uid: 1_000, gid: 1_000),
-                ownerUID: 1_000, payload: Array("v2".utf8))
+                ownerUID: 1_000, payload: Array("v2".utf8)),
+            HandoverSnapshot.Retained(
+                name: "relayed.config", sequence: 4_201, sender: SenderCredentials(pid: 98, uid: 0, gid: 0),
+                ownerUID: 0, payload: Array("from afar".utf8),
+                origin: RelayOrigin(host: "web-1", uid: 1_000, gid: 100, pid: 4_242, sequence: 77)),
         ],
         peers: [
             HandoverSnapshot.PeerRecord(
@@ -47,6 +51,8 @@ struct HandoverSnapshotTests {
                         id: 10, pattern: "config.*", policy: .coalesce, watchesStates: true),
                     HandoverSnapshot.Subscription(
                         id: 11, pattern: "system.power", policy: .coalesce, watchesStates: true),
+                    HandoverSnapshot.Subscription(
+                        id: 12, pattern: "relayed.>", policy: .queue(limit: 10), marksRetained: true),
                 ],
                 outbound: [0x00, 0x2A, 0x85, 0x01], held: [0x00, 0x00, 0x00, 0x01, 0x84],
                 inbound: [0x00, 0x00, 0x00, 0x09, 0x04]),
@@ -65,11 +71,15 @@ struct HandoverSnapshotTests {
     static let formatTwoFixturePath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("Fixtures/snapshot-v2.bin").path
 
-    /// The sample as the formats before 3 could write it: without the state subscriptions, which they could not
-    /// express (the fixtures were written from the sample of their day, which had none).
-    static var sampleWithoutStateSubscriptions: HandoverSnapshot {
+    /// The sample as the formats before 3 could write it: without the state and marking subscriptions and the
+    /// retained origins, which they could not express (the fixtures were written from the sample of their day,
+    /// which had none).
+    static var sampleBeforeFormatThree: HandoverSnapshot {
         var sample = Self.sample
-        for index in sample.peers.indices { sample.peers[index].subscriptions.removeAll { $0.watchesStates } }
+        for index in sample.peers.indices {
+            sample.peers[index].subscriptions.removeAll { $0.watchesStates || $0.marksRetained }
+        }
+        sample.retained.removeAll { $0.origin != nil }
         return sample
     }
 
@@ -84,7 +94,7 @@ struct HandoverSnapshotTests {
     @Test("a snapshot written by format 1 (committed fixture) still loads; its connections have no HELLO flags")
     func formatOneLoads() throws {
         let bytes = try #require(FileManager.default.contents(atPath: Self.fixturePath), "missing \(Self.fixturePath)")
-        var expected = Self.sampleWithoutStateSubscriptions
+        var expected = Self.sampleBeforeFormatThree
         for index in expected.peers.indices { expected.peers[index].helloFlags = 0 }
         #expect(try HandoverSnapshot(decoding: Array(bytes)) == expected)
         #expect(Array(bytes[8..<10]) == [0, 1], "the fixture is format 1")
@@ -96,25 +106,28 @@ struct HandoverSnapshotTests {
     func previousFormatLoads() throws {
         let path = Self.formatTwoFixturePath
         let bytes = try #require(FileManager.default.contents(atPath: path), "missing \(path)")
-        #expect(try HandoverSnapshot(decoding: Array(bytes)) == Self.sampleWithoutStateSubscriptions)
+        #expect(try HandoverSnapshot(decoding: Array(bytes)) == Self.sampleBeforeFormatThree)
         #expect(Array(bytes[8..<10]) == [0, 2], "the fixture is format 2")
         #expect(Self.sample.encoded()[8..<10] == [0, 3], "this daemon writes format 3")
     }
 
-    @Test("a subscription record with a flag other than states is refused")
-    func unknownSubscriptionFlag() throws {
+    @Test(
+        "a subscription record with a flag other than states or marks-retained, or with both, is refused",
+        arguments: [UInt8(0x03), 0x06, 0x0A])
+    func unknownSubscriptionFlag(flags: UInt8) throws {
         var bytes = Self.sample.encoded()
         let decoded = try HandoverSnapshot(decoding: bytes)
         #expect(decoded.peers[0].subscriptions.filter(\.watchesStates).map(\.id) == [10, 11])
-        // Subscription 11's record ends "system.power", policy 0, queue limit 0, flags 0x02: set a reserved bit, and
+        #expect(decoded.peers[0].subscriptions.filter(\.marksRetained).map(\.id) == [12])
+        // Subscription 11's record ends "system.power", policy 0, queue limit 0, flags 0x02: set other bits, and
         // a checksum that matches, so only the flag check can refuse it.
         let marker = Array("system.power".utf8) + [0, 0, 0, 0, 0, 0x02]
         let start = try #require(
             (0...(bytes.count - marker.count)).last { Array(bytes[$0..<($0 + marker.count)]) == marker })
-        bytes[start + marker.count - 1] = 0x03
+        bytes[start + marker.count - 1] = flags
         let checksum = fnv1a(bytes[HandoverSnapshot.headerLength..<(bytes.count - 8)])
         for shift in 0..<8 { bytes[bytes.count - 1 - shift] = UInt8(truncatingIfNeeded: checksum >> (8 * UInt64(shift))) }
-        #expect(throws: HandoverError.malformed("subscription 11 on connection 3 has flags 0x3")) {
+        #expect(throws: HandoverError.malformed("subscription 11 on connection 3 has flags 0x\(String(flags, radix: 16))")) {
             try HandoverSnapshot(decoding: bytes)
         }
     }

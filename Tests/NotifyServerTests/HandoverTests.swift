@@ -142,6 +142,42 @@ struct HandoverTests {
         try await second.stop()
     }
 
+    @Test("marking subscriptions and retained origins carry over: RETAINED(0) still marks, send-retained keeps the origin")
+    func markingAndRetainedOriginCarryOver() async throws {
+        let origin = RelayOrigin(host: "web-1", uid: 1_000, gid: 100, pid: 4_242, sequence: 77)
+        let first = try await TestServer.start()
+        let marker = try await first.connect("marker")
+        try await marker.expectOK("SUBSCRIBE marks-retained") {
+            .testSubscribe(requestID: $0, subscriptionID: 3, name: "handover.>", flags: .marksRetained)
+        }
+        let relay = try await first.connect("relay")
+        let (posted, _) = try await relay.request {
+            .post(
+                ClientFrame.Post(
+                    requestID: $0, flags: [.ackWanted, .retain], name: "handover.relayed", payload: ByteBuffer(string: "r"),
+                    origin: origin))
+        }
+        #expect(posted.summary.hasPrefix("POSTED("))
+        #expect(try await marker.next().retainedRequestID == 0)
+
+        let second = try await Self.successor(of: first)
+        try await relay.post("handover.config", "v2", retain: true)
+        let marked = try await marker.next()
+        #expect(marked.retainedRequestID == 0 && marked.anyNotification?.payloadText == "v2", "still marking: \(marked.summary)")
+        try await relay.post("handover.config", "plain")
+        #expect(try await marker.nextNotification().payloadText == "plain", "a plain post stays a NOTIFICATION")
+
+        // The predecessor's retained notification keeps its origin in the successor's store.
+        let late = try await second.connectRaw("late")
+        try await late.send(.hello(ClientFrame.Hello(flags: HelloFlags.origins, clientName: "late")))
+        guard case .welcome = try await late.next() else { throw TestFailure("no WELCOME") }
+        let current = try await late.expectOK("SUBSCRIBE send-retained") {
+            .testSubscribe(requestID: $0, subscriptionID: 1, name: "handover.relayed", flags: .sendRetained)
+        }
+        #expect(current.count == 1 && current.first?.anyNotification?.origin == origin, "\(current.map(\.summary))")
+        try await second.stop()
+    }
+
     @Test("posts waiting in an early connection's socket reach the subscribers of every later connection")
     func gapPostsReachLaterConnections() async throws {
         let first = try await TestServer.start()

@@ -232,7 +232,7 @@ struct StateSubscriptionTests {
             }
             #expect(tooMany.code == .tooManySubscriptions)
             let reserved = try await client.expectError("a reserved flag") {
-                .testSubscribe(requestID: $0, subscriptionID: 3, name: "org.c", flags: SubscribeFlags(rawValue: 0x04))
+                .testSubscribe(requestID: $0, subscriptionID: 3, name: "org.c", flags: SubscribeFlags(rawValue: 0x08))
             }
             #expect(reserved.code == .unsupportedFlags)
         }

@@ -55,6 +55,11 @@ enum GoldenVectors {
                 .init(
                     requestID: 5, subscriptionID: 10, flags: [.sendRetained, .states], policy: .coalesce,
                     pattern: "org.example.battery.*"))),
+        "subscribe-marks-retained.hex": .client(
+            .subscribe(
+                .init(
+                    requestID: 6, subscriptionID: 11, flags: .marksRetained, policy: .coalesce,
+                    pattern: "org.example.>"))),
         "unsubscribe.hex": .client(.unsubscribe(requestID: 3, subscriptionID: 8)),
         "post.hex": .client(
             .post(.init(requestID: 5, flags: [], name: "org.example.session.locked", payload: ByteBuffer()))),
@@ -96,6 +101,12 @@ enum GoldenVectors {
                 requestID: 4,
                 NotificationFrame(
                     sequence: 42, sender: SenderCredentials(pid: 1234, uid: 1000, gid: 100), name: batteryLow,
+                    payload: levelPayload))),
+        "retained-marked.hex": .server(
+            .retained(
+                requestID: 0,
+                NotificationFrame(
+                    sequence: 43, sender: SenderCredentials(pid: 1234, uid: 1000, gid: 100), name: batteryLow,
                     payload: levelPayload))),
         "overflow.hex": .server(.overflow(subscriptionID: 9, droppedCount: 300)),
         "overflow-connection.hex": .server(.overflow(subscriptionID: 0, droppedCount: 2)),

@@ -31,13 +31,16 @@ package enum HandoverError: Error, Equatable, CustomStringConvertible {
 extension HandoverSnapshot {
     /// The version this daemon writes.
     /// Format 2 added each connection's `HELLO` flags (after its client name); format 3 each subscription's
-    /// `SUBSCRIBE` flags that last (after its queue limit: the states flag).
+    /// `SUBSCRIBE` flags that last (after its queue limit: the states and marks-retained flags) and each retained
+    /// notification's relay origin (after its payload). Format 3 was extended in place with marks-retained and the
+    /// origin before any release wrote it.
     package static let formatVersion: UInt16 = 3
     /// The oldest version this daemon reads: format 1 still, since format 2 only added fields that read as 0
     /// without it (and the format-1 fixture keeps that tested).
     package static let oldestReadableVersion: UInt16 = 1
-    /// The `SUBSCRIBE` flags a subscription record keeps (format 3): only the states flag outlasts the request.
-    static let keptSubscribeFlags: SubscribeFlags = .states
+    /// The `SUBSCRIBE` flags a subscription record keeps (format 3): states and marks-retained outlast the
+    /// request (send-retained does not).
+    static let keptSubscribeFlags: SubscribeFlags = [.states, .marksRetained]
     static let magic: [UInt8] = Array("NTFYSNAP".utf8)
     /// Bytes before the body: magic, version, reserved, body length.
     static let headerLength = 8 + 2 + 2 + 8
@@ -66,6 +69,14 @@ extension HandoverSnapshot {
             body.credentials(entry.sender)
             body.u32(entry.ownerUID)
             body.bytes(entry.payload)
+            body.u8(entry.origin == nil ? 0 : 1)
+            if let origin = entry.origin {
+                body.string(origin.host)
+                body.u32(origin.uid)
+                body.u32(origin.gid)
+                body.u32(origin.pid)
+                body.u64(origin.sequence)
+            }
         }
         body.u32(UInt32(peers.count))
         for peer in peers {
@@ -88,7 +99,10 @@ extension HandoverSnapshot {
                 body.string(subscription.pattern)
                 body.u8(subscription.policy.code)
                 body.u32(subscription.policy.queueLimit)
-                body.u8(subscription.watchesStates ? SubscribeFlags.states.rawValue : 0)
+                var flags: SubscribeFlags = []
+                if subscription.watchesStates { flags.insert(.states) }
+                if subscription.marksRetained { flags.insert(.marksRetained) }
+                body.u8(flags.rawValue)
             }
             body.bytes(peer.outbound)
             body.bytes(peer.held)
@@ -143,11 +157,20 @@ extension HandoverSnapshot {
             states.append(State(name: try reader.name(), value: try reader.u64(), ownerUID: try reader.u32()))
         }
         retained = []
-        for _ in 0..<(try reader.count(minimumBytesEach: 2 + 8 + 12 + 4 + 4)) {
-            retained.append(
-                Retained(
-                    name: try reader.name(), sequence: try reader.u64(), sender: try reader.credentials(),
-                    ownerUID: try reader.u32(), payload: try reader.byteField()))
+        for _ in 0..<(try reader.count(minimumBytesEach: 2 + 8 + 12 + 4 + 4 + (version >= 3 ? 1 : 0))) {
+            var entry = Retained(
+                name: try reader.name(), sequence: try reader.u64(), sender: try reader.credentials(),
+                ownerUID: try reader.u32(), payload: try reader.byteField())
+            if version >= 3, try reader.flag() {
+                let host = try reader.string()
+                guard !host.isEmpty, host.utf8.count <= RelayOrigin.maxHostLength else {
+                    throw .malformed("the origin host of retained '\(entry.name)' is empty or too long")
+                }
+                entry.origin = RelayOrigin(
+                    host: host, uid: try reader.u32(), gid: try reader.u32(), pid: try reader.u32(),
+                    sequence: try reader.u64())
+            }
+            retained.append(entry)
         }
         peers = []
         var numbers = Set<UInt64>()
@@ -188,11 +211,13 @@ extension HandoverSnapshot {
                     throw .malformed("policy \(code) with queue limit \(limit) on connection \(number)")
                 }
                 let flags = SubscribeFlags(rawValue: version >= 3 ? try reader.u8() : 0)
-                guard flags.subtracting(Self.keptSubscribeFlags).isEmpty else {
+                guard flags.subtracting(Self.keptSubscribeFlags).isEmpty, flags != Self.keptSubscribeFlags else {
                     throw .malformed("subscription \(id) on connection \(number) has flags 0x\(String(flags.rawValue, radix: 16))")
                 }
                 subscriptions.append(
-                    Subscription(id: id, pattern: pattern, policy: policy, watchesStates: flags.contains(.states)))
+                    Subscription(
+                        id: id, pattern: pattern, policy: policy, watchesStates: flags.contains(.states),
+                        marksRetained: flags.contains(.marksRetained)))
             }
             guard phase != .awaitingHello || subscriptions.isEmpty else {
                 throw .malformed("connection \(number) has subscriptions before its handshake")

@@ -55,13 +55,19 @@ package struct HandoverSnapshot: Sendable, Equatable {
         package var sender: SenderCredentials
         package var ownerUID: UInt32
         package var payload: [UInt8]
+        /// The relay origin of a post made with the origin flag (format 3; `nil` when read from formats 1 and 2).
+        package var origin: RelayOrigin?
 
-        package init(name: String, sequence: UInt64, sender: SenderCredentials, ownerUID: UInt32, payload: [UInt8]) {
+        package init(
+            name: String, sequence: UInt64, sender: SenderCredentials, ownerUID: UInt32, payload: [UInt8],
+            origin: RelayOrigin? = nil
+        ) {
             self.name = name
             self.sequence = sequence
             self.sender = sender
             self.ownerUID = ownerUID
             self.payload = payload
+            self.origin = origin
         }
     }
 
@@ -132,19 +138,24 @@ package struct HandoverSnapshot: Sendable, Equatable {
         case closing = 2
     }
 
-    /// One subscription: its id, its name or pattern, its policy, and whether it watches state values.
+    /// One subscription: its id, its name or pattern, its policy, and its lasting flags (states, marks-retained).
     package struct Subscription: Sendable, Equatable {
         package var id: UInt32
         package var pattern: String
         package var policy: DeliveryPolicy
         /// Made with `SUBSCRIBE`'s states flag (format 3; `false` when read from formats 1 and 2).
         package var watchesStates: Bool
+        /// Made with `SUBSCRIBE`'s marks-retained flag (format 3; `false` when read from formats 1 and 2).
+        package var marksRetained: Bool
 
-        package init(id: UInt32, pattern: String, policy: DeliveryPolicy, watchesStates: Bool = false) {
+        package init(
+            id: UInt32, pattern: String, policy: DeliveryPolicy, watchesStates: Bool = false, marksRetained: Bool = false
+        ) {
             self.id = id
             self.pattern = pattern
             self.policy = policy
             self.watchesStates = watchesStates
+            self.marksRetained = marksRetained
         }
     }
 
