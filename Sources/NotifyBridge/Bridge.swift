@@ -33,6 +33,10 @@ package final class Bridge: Sendable {
     /// The `--export` and `--import` patterns, in the order given (the first that matches carries).
     let exportPatterns: [NotificationPattern]
     let importPatterns: [NotificationPattern]
+    /// Mirrors state values and retained notifications through the `--kv-bucket`, when there is one.
+    var mirror: BucketMirror? { mirrorBox.withLockedValue { $0 } }
+    /// Set once the bridge exists (the mirror refers to it), emptied at ``close()``.
+    private let mirrorBox = NIOLockedValueBox<BucketMirror?>(nil)
     /// Patterns (local) and subjects (NATS) whose subscription was refused: they carry nothing.
     let refusedPatterns = NIOLockedValueBox<Set<String>>([])
 
@@ -75,6 +79,9 @@ package final class Bridge: Sendable {
                 servers: try configuration.natsURLs.map { try NATSServerAddress(url: $0) },
                 name: "notifyd-bridge \(hostID)", echo: false, maxPendingBytes: configuration.maxPendingBytes),
             eventLoopGroup: center.eventLoop, logger: logger)
+        if let bucket = configuration.kvBucket {
+            mirrorBox.withLockedValue { $0 = BucketMirror(bridge: self, bucket: bucket) }
+        }
     }
 
     /// Subscribes on both sides and starts carrying.
@@ -115,7 +122,9 @@ package final class Bridge: Sendable {
             }
         }
         eventTasks.withLockedValue { $0.append(natsTask) }
-        let options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
+        var options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
+        // Retained posts reach the bridge marked as such, so they cross as retained.
+        options.marksRetainedPosts = true
         for (index, pattern) in exportPatterns.enumerated() {
             let earlier = Array(exportPatterns[..<index])
             let observation = try center.observe(pattern.text, on: .immediate, options: options) { [self] notification in
@@ -134,8 +143,7 @@ package final class Bridge: Sendable {
                 importMessage(message)
             }
         }
-        if let bucket = configuration.kvBucket {
-            let mirror = StateMirror(bridge: self, bucket: bucket)
+        if let mirror {
             let mirrorTask = Task { await mirror.run() }
             eventTasks.withLockedValue { $0.append(mirrorTask) }
         }
@@ -189,10 +197,16 @@ package final class Bridge: Sendable {
     }
 
     private func export(_ notification: ReceivedNotification) {
-        let origin = Origin(
+        if notification.isRetainedPost, let mirror {
+            mirror.exportRetained(notification)
+            return
+        }
+        var origin = Origin(
             host: hostID, uid: notification.sender.uid, gid: notification.sender.gid, pid: notification.sender.pid,
             sequence: notification.sequence, instance: instance,
             bridgeSequence: counters.exportSequence.load(ordering: .relaxed) + 1)
+        // Without a bucket, a retained post travels on its subject, marked so that importers post it retained.
+        origin.retained = notification.isRetainedPost
         let payload = notification.withPayloadBytes { ByteBuffer(bytes: $0) }
         do {
             // Numbered only once NATS took it, so an importer's gap means a loss between the two bridges. Exports
@@ -240,6 +254,7 @@ package final class Bridge: Sendable {
         do {
             try center.post(name, payload: message.payload.readableBytesView, retain: source.retained, origin: relayed)
             counters.bump(.imported)
+            if source.retained { mirror?.noteImportedRetained(name, origin: relayed) }
         } catch NotifyError.payloadTooLarge {
             counters.bump(.importTooLarge)
         } catch NotifyError.invalidName {
@@ -285,5 +300,6 @@ package final class Bridge: Sendable {
         for channel in metricsChannels.withLockedValue({ $0 }) { try? await channel.close() }
         await nats.close()
         await center.close()
+        mirrorBox.withLockedValue { $0 = nil }
     }
 }

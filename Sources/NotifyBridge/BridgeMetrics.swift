@@ -38,9 +38,13 @@ final class BridgeMetrics: Sendable {
         case .natsReconnects: return ("nats_reconnects", "NATS connections after the first.", nil)
         case .stateExported: return ("state_exported", "State values put into the key-value bucket.", nil)
         case .stateImported: return ("state_imported", "State values from the key-value bucket set locally.", nil)
-        case .stateExportFailed: return ("dropped", dropped, "state_put_failed")
+        case .retainedExported:
+            return ("retained_exported", "Retained notifications put into the key-value bucket.", nil)
+        case .retainedImported:
+            return ("retained_imported", "Retained notifications from the key-value bucket posted locally.", nil)
+        case .bucketPutFailed: return ("dropped", dropped, "bucket_put_failed")
         case .stateRefused: return ("refused", refused, "state_daemon")
-        case .stateInvalid: return ("refused", refused, "state_invalid")
+        case .bucketInvalid: return ("refused", refused, "bucket_invalid")
         case .importSkippedOwn: return nil
         }
     }

@@ -35,15 +35,19 @@ package enum BridgeCounter: Int, CaseIterable, Sendable {
     case natsReconnects
     /// State values put into the key-value bucket (`--kv-bucket`).
     case stateExported
-    /// State values the bucket did not take (unreachable, no acknowledgement, refused).
-    case stateExportFailed
     /// State values from the bucket set locally.
     case stateImported
     /// State values from the bucket that the local daemon refused (a reserved prefix, another user's `user.` name,
     /// a quota).
     case stateRefused
-    /// Bucket entries under `state.` whose key or value this bridge cannot read.
-    case stateInvalid
+    /// Retained notifications put into the bucket.
+    case retainedExported
+    /// Retained notifications from the bucket posted locally (``importRefused`` counts the daemon's refusals).
+    case retainedImported
+    /// Puts the bucket did not take (unreachable, no acknowledgement, refused) or that waited beyond the bound.
+    case bucketPutFailed
+    /// Bucket entries whose key, value or origin this bridge cannot read.
+    case bucketInvalid
 
     /// The counter's name: the case name.
     var key: String { "\(self)" }

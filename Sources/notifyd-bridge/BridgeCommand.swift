@@ -42,7 +42,7 @@ struct BridgeCommand: AsyncParsableCommand {
     @Option(help: "Bytes of exports kept while NATS is unreachable before they are dropped (default: 8388608).")
     var maxPendingBytes: Int?
 
-    @Option(help: "Mirror the exported and imported names' state values through this JetStream key-value bucket (created if missing).")
+    @Option(help: "Mirror the exported and imported names' state values and retained notifications through this JetStream key-value bucket (created if missing).")
     var kvBucket: String?
 
     @Option(help: "Serve the counters in the Prometheus text format on this Unix socket (written on connect).")

@@ -103,7 +103,7 @@ struct BridgeTests {
             // Out: origin in the headers; too large for NATS once the headers are added; not re-exported imports.
             try center.post("org.example.out", text: "local")
             try center.post("org.example.toolarge", payload: [UInt8](repeating: 2, count: 1_000))
-            try center.post("org.example.out2", text: "after")
+            try center.post("org.example.out2", text: "after", retain: true)
             let fromBridge = { remote.all.filter { $0.headers?["Notifyd-Origin-Host"] == "test-host" } }
             _ = try await poll("two exports", timeout: 20) { fromBridge().count >= 2 ? true : nil }
             let messages = fromBridge()
@@ -113,6 +113,9 @@ struct BridgeTests {
             #expect(headers?["Notifyd-Origin-UID"] == String(getuid()))
             #expect(headers?["Notifyd-Origin-PID"] == String(getpid()))
             #expect(messages.map { $0.headers?["Notifyd-Bridge-Seq"] } == ["1", "2"], "numbered once NATS took them")
+            #expect(
+                messages.map { $0.headers?["Notifyd-Retained"] } == [nil, "1"],
+                "without a bucket, a retained post crosses marked as retained")
             counters = try await statistics(of: bridge)
             #expect(counters["exported"] == 2)
             #expect(counters["export_too_large"] == 1)

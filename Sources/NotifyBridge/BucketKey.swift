@@ -1,17 +1,23 @@
-/// How a notification name becomes a key of the JetStream key-value bucket that mirrors state values, and back.
+/// How a notification name becomes a key of the JetStream key-value bucket that mirrors state values and retained
+/// notifications, and back.
 ///
 /// A key holds only `A–Z a–z 0–9 - _ = / .` (what NATS's clients accept), while a name may hold any printable
-/// character (PROTOCOL.md § 8). So the key is `state.` plus the name with every other byte of its UTF-8 written as
-/// `=XX` (hexadecimal, upper case), `=` and `/` included: `org.example.a/b` becomes `state.org.example.a=2Fb`, and
-/// an ASCII name without those two is its own key, readable in `nats kv ls`.
-package enum StateKeyMapping {
-    /// The key prefix that sets state values apart from anything else a bucket may hold.
-    package static let prefix = "state."
+/// character (PROTOCOL.md § 8). So the key is the kind (`state.` or `retained.`) plus the name with every other byte
+/// of its UTF-8 written as `=XX` (hexadecimal, upper case), `=` and `/` included: `org.example.a/b` becomes
+/// `state.org.example.a=2Fb`, and an ASCII name without those two stands as it is, readable in `nats kv ls`.
+package enum BucketKey {
+    /// What a key holds.
+    package enum Kind: String, Sendable, CaseIterable {
+        /// A state value: decimal text.
+        case state
+        /// A retained notification: its payload, its origin in the headers.
+        case retained
+    }
 
     /// The key for a name.
-    package static func key(forName name: String) -> String {
-        var key = prefix
-        key.reserveCapacity(prefix.utf8.count + name.utf8.count)
+    package static func key(_ kind: Kind, name: String) -> String {
+        var key = kind.rawValue + "."
+        key.reserveCapacity(key.utf8.count + name.utf8.count)
         for byte in name.utf8 {
             if isKept(byte) {
                 key.unicodeScalars.append(Unicode.Scalar(byte))
@@ -22,11 +28,12 @@ package enum StateKeyMapping {
         return key
     }
 
-    /// The name a key stands for, or nil for a key this mapping did not write (another prefix, a stray `=`).
-    package static func name(forKey key: String) -> String? {
-        guard key.hasPrefix(prefix) else { return nil }
+    /// The kind and name a key stands for, or nil for a key this mapping did not write (another prefix, a stray
+    /// `=`, bytes that are not UTF-8).
+    package static func parse(_ key: String) -> (kind: Kind, name: String)? {
+        guard let kind = Kind.allCases.first(where: { key.hasPrefix($0.rawValue + ".") }) else { return nil }
         var bytes: [UInt8] = []
-        var rest = key.utf8.dropFirst(prefix.utf8.count)[...]
+        var rest = key.utf8.dropFirst(kind.rawValue.utf8.count + 1)[...]
         while let byte = rest.popFirst() {
             guard byte == UInt8(ascii: "=") else {
                 guard isKept(byte) else { return nil }
@@ -38,15 +45,8 @@ package enum StateKeyMapping {
             }
             bytes.append(high << 4 | low)
         }
-        guard !bytes.isEmpty else { return nil }
-        return String(validating: bytes, as: UTF8.self)
-    }
-
-    /// The key pattern of the names a notifyd pattern matches: wildcard labels stay wildcards.
-    package static func key(forPattern pattern: String) -> String {
-        prefix + pattern.split(separator: ".", omittingEmptySubsequences: false).map { label in
-            label == "*" || label == ">" ? String(label) : String(key(forName: String(label)).dropFirst(prefix.count))
-        }.joined(separator: ".")
+        guard !bytes.isEmpty, let name = String(validating: bytes, as: UTF8.self) else { return nil }
+        return (kind, name)
     }
 
     private static func isKept(_ byte: UInt8) -> Bool {

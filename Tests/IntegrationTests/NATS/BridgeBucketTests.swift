@@ -5,9 +5,10 @@ import NotifyNATS
 import NotifyTestSupport
 import Testing
 
-/// State values mirrored through a JetStream key-value bucket by real bridges between real daemons.
-@Suite("notifyd-bridge: state values through a key-value bucket", .serialized)
-struct BridgeStateMirrorTests {
+/// State values and retained notifications mirrored through a JetStream key-value bucket by real bridges between
+/// real daemons.
+@Suite("notifyd-bridge: state values and retained notifications through a key-value bucket", .serialized)
+struct BridgeBucketTests {
     static let nobody: (uid: UInt32, gid: UInt32) = (65_534, 65_534)
 
     private func statistics(of bridge: ChildProcess) async throws -> [String: Int] {
@@ -40,7 +41,7 @@ struct BridgeStateMirrorTests {
                 ["--socket", socketA, "--nats", server.url, "--export", "org.>", "--import", "org.>",
                  "--kv-bucket", "fleet", "--host-id", "host-a", "--log-level", "debug"])
             defer { bridgeA.send(SIGKILL) }
-            try await bridgeA.waitForLine(containing: "mirroring state values")
+            try await bridgeA.waitForLine(containing: "mirroring state values and retained notifications")
 
             let nats = try await NATSClient.connected(to: [server.url])
             let kv = try await nats.keyValue(bucket: "fleet", createIfMissing: false)
@@ -83,7 +84,7 @@ struct BridgeStateMirrorTests {
             try await waitForState("org.reserved.x", 5, on: centerA, "host a")
             _ = try await poll("host b to count the refusal", timeout: 20) {
                 let counters = try await statistics(of: bridgeB)
-                return (counters["state_refused"] ?? 0) >= 1 && (counters["state_invalid"] ?? 0) >= 1 ? counters : nil
+                return (counters["state_refused"] ?? 0) >= 1 && (counters["bucket_invalid"] ?? 0) >= 1 ? counters : nil
             }
             #expect(try await centerB.state(of: "org.reserved.x") == nil)
 
@@ -105,9 +106,97 @@ struct BridgeStateMirrorTests {
             #expect(countersB["state_exported"] == 1, "9 only: \(countersB)")
             #expect(countersB["state_imported"] == 3, "7, 8, the marker: \(countersB)")
             #expect(countersA["state_imported"] == 2, "9 and the reserved name: \(countersA)")
-            #expect(countersA["state_export_failed"] == 0 && countersB["state_export_failed"] == 0)
+            #expect(countersA["bucket_put_failed"] == 0 && countersB["bucket_put_failed"] == 0)
             let entry = try await kv.get("state.org.example.config")
             #expect(entry?.headers?["Notifyd-Origin-Host"] == "host-a", "the origin travels with the value")
+            await centerA.close()
+            await centerB.close()
+            await nats.close()
+        }
+    }
+
+    @Test("retained posts cross as retained, once; a host that starts later gets them; a restarted bridge does not post them again")
+    func mirrorsRetained() async throws {
+        try await withIntegrationScope { scope in
+            let store = scope.directory + "/jetstream"
+            let server = try await NATSServerProcess.start(in: scope, arguments: ["-js", "-sd", store])
+            let socketA = scope.directory + "/a.sock"
+            _ = try await scope.startDaemon(socketPath: socketA)
+            let centerA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
+            _ = try await centerA.postAndWait("org.example.banner", text: "v1", retain: true)
+            let bridgeA = try scope.launch(
+                .bridge,
+                ["--socket", socketA, "--nats", server.url, "--export", "org.>", "--import", "org.>",
+                 "--kv-bucket", "fleet", "--host-id", "host-a", "--log-level", "debug"])
+            defer { bridgeA.send(SIGKILL) }
+            try await bridgeA.waitForLine(containing: "bridge ready")
+            let nats = try await NATSClient.connected(to: [server.url])
+            let kv = try await nats.keyValue(bucket: "fleet", createIfMissing: false)
+            _ = try await poll("host a's retained notification in the bucket", timeout: 20) {
+                try await kv.get("retained.org.example.banner").map { String(buffer: $0.value) } == "v1" ? true : nil
+            }
+
+            // Host b starts later; an observer there sees what crosses.
+            _ = try await scope.startDaemon()
+            let centerB = try await NotifyCenter.connect(configuration: .init(socketPath: scope.socketPath))
+            let seenOnB = Locked<[ReceivedNotification]>([])
+            let observation = try centerB.observe("org.>", on: .immediate) { note in seenOnB.withLock { $0.append(note) } }
+            defer { observation.cancel() }
+            try await centerB.synchronize()
+            func launchBridgeB() throws -> ChildProcess {
+                try scope.launch(
+                    .bridge,
+                    ["--socket", scope.socketPath, "--nats", server.url, "--export", "org.>", "--import", "org.>",
+                     "--kv-bucket", "fleet", "--host-id", "host-b", "--log-level", "debug"])
+            }
+            var bridgeB = try launchBridgeB()
+            defer { bridgeB.send(SIGKILL) }
+            func waitOnB(for name: String, payload: String) async throws {
+                _ = try await poll("\(name) \(payload) on host b", timeout: 20) {
+                    seenOnB.withLock { $0.contains { $0.name == name && $0.payloadString == payload } } ? true : nil
+                }
+            }
+            try await waitOnB(for: "org.example.banner", payload: "v1")
+            try await bridgeB.waitForLine(containing: "bridge ready")
+
+            // Live: a retained post and a plain one.
+            _ = try await centerA.postAndWait("org.example.banner", text: "v2", retain: true)
+            _ = try await centerA.postAndWait("org.example.plain", text: "p")
+            try await waitOnB(for: "org.example.banner", payload: "v2")
+            try await waitOnB(for: "org.example.plain", payload: "p")
+
+            // The current value on b is a's post, with its origin.
+            let current = Locked<[ReceivedNotification]>([])
+            let reader = try centerB.observe(
+                "org.example.banner", on: .immediate, options: ObservationOptions(receivesCurrentValue: true)
+            ) { note in current.withLock { $0.append(note) } }
+            try await centerB.synchronize()
+            reader.cancel()
+            #expect(current.withLock { $0.map(\.payloadString) } == ["v2"])
+            #expect(current.withLock { $0.first?.origin?.host } == "host-a", "the origin is kept with the retained post")
+
+            // Bridge b restarts: the bucket holds what b's daemon already has, so nothing is posted again.
+            bridgeB.send(SIGKILL)
+            _ = try await bridgeB.waitForExit(timeout: 20)
+            bridgeB = try launchBridgeB()
+            try await bridgeB.waitForLine(containing: "applied the current entries of the key-value bucket")
+            _ = try await centerA.postAndWait("org.example.marker", text: "m")
+            try await waitOnB(for: "org.example.marker", payload: "m")
+            let counters = try await poll("host b's counters", timeout: 20) {
+                let now = try await statistics(of: bridgeB)
+                return now["imported"] != nil ? now : nil
+            }
+            // Each once, none again after the restart. Retained posts cross through the bucket and the others on their
+            // subjects, so the two are not ordered with each other (PROTOCOL.md § 16.2); each kind is in order.
+            let seen = seenOnB.withLock { $0.map { "\($0.name)=\($0.payloadString ?? "")" } }
+            #expect(
+                seen.sorted() == ["org.example.banner=v1", "org.example.banner=v2", "org.example.marker=m", "org.example.plain=p"],
+                "each post once, none again after the restart: \(seen)")
+            #expect(seen.filter { $0.hasPrefix("org.example.banner") } == ["org.example.banner=v1", "org.example.banner=v2"])
+            #expect(seenOnB.withLock { $0.filter { $0.name == "org.example.banner" }.map(\.origin?.host) } == ["host-a", "host-a"])
+            #expect(counters["retained_imported"] == 0, "the restarted bridge posted nothing from the bucket: \(counters)")
+            let countersA = try await statistics(of: bridgeA)
+            #expect(countersA["retained_exported"] == 2, "v1 (held at start) and v2: \(countersA)")
             await centerA.close()
             await centerB.close()
             await nats.close()

@@ -1,11 +1,11 @@
 import NotifyBridge
 import Testing
 
-@Suite("Which bucket entries a host applies to its state values")
-struct StateMirrorLedgerTests {
+@Suite("Which bucket entries a host applies locally")
+struct MirrorLedgerTests {
     @Test("with no put of its own, a host applies every entry")
     func noOwnPuts() {
-        var ledger = StateMirrorLedger()
+        var ledger = MirrorLedger<UInt64>()
         let r1 = ledger.received("state.a", revision: 1, value: 10)
         #expect(r1)
         let r2 = ledger.received("state.a", revision: 2, value: 20)
@@ -14,7 +14,7 @@ struct StateMirrorLedgerTests {
 
     @Test("its own put coming back, and anything older than it, is not applied")
     func ownPutComesBack() {
-        var ledger = StateMirrorLedger()
+        var ledger = MirrorLedger<UInt64>()
         ledger.willPut("state.a")
         let r3 = ledger.didPut("state.a", revision: 5)
         #expect(r3 == nil)
@@ -30,7 +30,7 @@ struct StateMirrorLedgerTests {
 
     @Test("entries that arrive while a put is in flight wait for its revision; the newest later one is applied")
     func whileInFlight() {
-        var ledger = StateMirrorLedger()
+        var ledger = MirrorLedger<UInt64>()
         ledger.willPut("state.a")
         let r8 = ledger.received("state.a", revision: 7, value: 70)
         #expect(!r8)
@@ -52,7 +52,7 @@ struct StateMirrorLedgerTests {
 
     @Test("two puts in flight: the decision waits for both; a failed put leaves the newest entry to apply")
     func twoInFlightAndFailure() {
-        var ledger = StateMirrorLedger()
+        var ledger = MirrorLedger<UInt64>()
         ledger.willPut("state.a")
         ledger.willPut("state.a")
         let r14 = ledger.received("state.a", revision: 3, value: 30)
