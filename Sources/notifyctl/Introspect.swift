@@ -105,8 +105,8 @@ extension Notifyctl {
 
     struct State: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Read or set a name's state value (a 64-bit unsigned number).",
-            subcommands: [Get.self, Set.self])
+            abstract: "Read, set or watch a name's state value (a 64-bit unsigned number).",
+            subcommands: [Get.self, Set.self, Watch.self])
 
         struct Get: AsyncParsableCommand {
             static let configuration = CommandConfiguration(

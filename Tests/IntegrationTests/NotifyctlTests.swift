@@ -33,6 +33,31 @@ extension Integration {
             }
         }
 
+        @Test("state watch prints the current values, then each value set, with its setter")
+        func stateWatch() async throws {
+            try await withDaemon { scope, _ in
+                let socket = ["--socket", scope.socketPath]
+                let before = try await scope.run(.notifyctl, ["state", "set", "com.example.a", "5"] + socket)
+                #expect(before.termination == .exited(0), "\(before.diagnostics)")
+                let watch = try scope.launch(
+                    .notifyctl, ["state", "watch", "com.example.>", "--current", "--count", "3"] + socket)
+                try await watch.waitForLine(containing: "watching", on: .stderr)
+                // A post is not a state change: it prints nothing.
+                _ = try await scope.run(.notifyctl, ["post", "com.example.b", "x"] + socket)
+                let set = try await scope.run(.notifyctl, ["state", "set", "com.example.b", "7"] + socket)
+                _ = try await scope.run(.notifyctl, ["state", "set", "other.c", "1"] + socket)
+                let last = try await scope.run(.notifyctl, ["state", "set", "com.example.a", "18446744073709551615"] + socket)
+                #expect(try await watch.waitForExit() == .exited(0), "\(watch.diagnostics)")
+                #expect(
+                    watch.stdoutLines == [
+                        "com.example.a 5 current", "com.example.b 7 (pid \(set.pid) uid \(getuid()))",
+                        "com.example.a 18446744073709551615 (pid \(last.pid) uid \(getuid()))",
+                    ], "\(watch.diagnostics)")
+                let bad = try await scope.run(.notifyctl, ["state", "watch", "a..b"] + socket)
+                #expect(bad.termination == .exited(1) && bad.stderrText.contains("invalid name 'a..b'"), "\(bad.diagnostics)")
+            }
+        }
+
         @Test("listen --json prints one JSON object per notification")
         func listenJSON() async throws {
             try await withDaemon { scope, _ in
