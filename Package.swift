@@ -115,6 +115,7 @@ let package = Package(
             dependencies: [
                 "Notify", "NotifyNATS", "NotifyWire",
                 .product(name: "Atomics", package: "swift-atomics"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

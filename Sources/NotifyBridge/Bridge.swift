@@ -80,14 +80,14 @@ package final class Bridge: Sendable {
                 name: "notifyd-bridge \(hostID)", echo: false, maxPendingBytes: configuration.maxPendingBytes),
             eventLoopGroup: center.eventLoop, logger: logger)
         if let bucket = configuration.kvBucket {
-            mirrorBox.withLockedValue { $0 = BucketMirror(bridge: self, bucket: bucket) }
+            mirrorBox.withLockedValue { $0 = BucketMirror(bridge: self, bucket: bucket, configuration: local) }
         }
     }
 
     /// Subscribes on both sides and starts carrying.
     package func start() throws {
         let events = center.connectionEvents()
-        let eventTask = Task { [counters, logger] in
+        let eventTask = Task { [counters, logger, mirror] in
             for await event in events {
                 switch event {
                 case .requestRejected(operation: "post", let error):
@@ -97,6 +97,9 @@ package final class Bridge: Sendable {
                     counters.bump(.importLost, by: UInt64(count))
                 case .notificationsDropped(let count, _):
                     counters.bump(.exportDroppedByDaemon, by: count)
+                case .connected(daemonRestarted: true, _):
+                    // Its state values and retained notifications are gone: the bucket's are applied again.
+                    mirror?.restart()
                 case .requestRejected(let operation, let error) where operation.hasPrefix("subscribe to "):
                     // An export pattern the daemon refused: it no longer shadows the later patterns it overlaps.
                     let pattern = String(operation.dropFirst("subscribe to ".count))
@@ -123,8 +126,9 @@ package final class Bridge: Sendable {
         }
         eventTasks.withLockedValue { $0.append(natsTask) }
         var options = ObservationOptions(policy: .queue(limit: configuration.queueLimit))
-        // Retained posts reach the bridge marked as such, so they cross as retained.
-        options.marksRetainedPosts = true
+        // With a bucket, retained posts reach the bridge marked as such and cross through it. Marked posts are
+        // never held (PROTOCOL.md § 9.4): a bridge without a bucket does not ask, so it stays a queue subscriber.
+        options.marksRetainedPosts = mirror != nil
         for (index, pattern) in exportPatterns.enumerated() {
             let earlier = Array(exportPatterns[..<index])
             let observation = try center.observe(pattern.text, on: .immediate, options: options) { [self] notification in
@@ -298,6 +302,7 @@ package final class Bridge: Sendable {
         for observation in observations.withLockedValue({ $0 }) { observation.cancel() }
         for task in eventTasks.withLockedValue({ $0 }) { task.cancel() }
         for channel in metricsChannels.withLockedValue({ $0 }) { try? await channel.close() }
+        await mirror?.states.close()
         await nats.close()
         await center.close()
         mirrorBox.withLockedValue { $0 = nil }

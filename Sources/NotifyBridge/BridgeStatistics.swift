@@ -48,6 +48,8 @@ package enum BridgeCounter: Int, CaseIterable, Sendable {
     case bucketPutFailed
     /// Bucket entries whose key, value or origin this bridge cannot read.
     case bucketInvalid
+    /// Times the bucket's watch failed and was started again.
+    case bucketWatchRestarts
 
     /// The counter's name: the case name.
     var key: String { "\(self)" }

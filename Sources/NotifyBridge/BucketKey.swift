@@ -40,7 +40,10 @@ package enum BucketKey {
                 bytes.append(byte)
                 continue
             }
-            guard let high = rest.popFirst().flatMap(hexValue), let low = rest.popFirst().flatMap(hexValue) else {
+            // Only the one spelling this mapping writes: `=61` for `a` would make two keys of one name.
+            guard let high = rest.popFirst().flatMap(hexValue), let low = rest.popFirst().flatMap(hexValue),
+                !isKept(high << 4 | low)
+            else {
                 return nil
             }
             bytes.append(high << 4 | low)

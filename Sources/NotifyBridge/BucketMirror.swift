@@ -5,6 +5,7 @@ import NIOCore
 import Notify
 import NotifyNATS
 import NotifyWire
+import OrderedCollections
 
 /// What a key of the bucket holds, once read.
 enum MirroredValue: Sendable {
@@ -16,13 +17,14 @@ enum MirroredValue: Sendable {
 /// every host holds the fleet's current ones, a host that starts later included.
 ///
 /// Exported names: each value set and each retained post made locally is put under ``BucketKey`` (a state as
-/// decimal text, a retained notification as its payload; the origin in the `Notifyd-Origin-*` headers), one put at a
-/// time so the bucket's order is the local one. Imported names: the bucket's entries are applied locally, first
-/// every current one (so the bucket decides what a starting host holds), then each change. What the bridge sets or
-/// posts itself is not sent back to it (`HELLO`'s no-echo), so nothing loops; ``MirrorLedger`` keeps hosts that set
-/// one name at once converging on the bucket's last value.
+/// decimal text, a retained notification as its payload; the origin in the `Notifyd-Origin-*` headers), the latest
+/// per key, in the order the keys changed. Imported names: the bucket's entries are applied locally, first every
+/// current one (so the bucket decides what a starting host holds), then each change, one at a time in the order
+/// ``MirrorLedger`` decided them, so hosts that write one name at once converge on the bucket's last entry. What
+/// the bridge sets or posts is not sent back to it (`HELLO`'s no-echo), so nothing loops. When the local daemon
+/// restarts (its values gone) or the watch fails, the mirror starts over from the bucket's current entries.
 final class BucketMirror: Sendable {
-    /// One put, in the order it was made.
+    /// One put: the latest for its key replaces any still waiting.
     struct Put: Sendable {
         var name: String
         var kind: BucketKey.Kind
@@ -36,7 +38,8 @@ final class BucketMirror: Sendable {
         var skipIfSamePost = false
     }
 
-    /// A retained notification's post: where it was first made and its sequence number there.
+    /// A retained notification's post: where it was first made and its sequence number there (for an entry a
+    /// plain NATS client put, the entry's revision).
     struct PostIdentity: Hashable, Sendable {
         var host: String
         var sequence: UInt64
@@ -44,20 +47,29 @@ final class BucketMirror: Sendable {
 
     private let bridge: Bridge
     let bucket: String
+    /// The mirror's own connection for state values, set and watched: a flood of changes that gets it closed as a
+    /// slow consumer (changes are never held) leaves the bridge's exports alone, and it reconnects by itself.
+    let states: NotifyCenter
     private let ledger = NIOLockedValueBox(MirrorLedger<MirroredValue>())
     /// The post each imported name's local retained notification came from: an entry for the same post is not
     /// posted again.
     private let localRetained = NIOLockedValueBox<[String: PostIdentity]>([:])
-    private let puts: AsyncStream<Put>
-    private let putQueue: AsyncStream<Put>.Continuation
+    /// What the bucket is known to hold per key (acknowledged puts, entries seen): putting the same again is skipped.
+    private let bucketValues = NIOLockedValueBox<[String: ByteBuffer]>([:])
+    /// Puts waiting: the latest per key, keys in the order they first waited. Bounded by the number of names.
+    private let waiting = NIOLockedValueBox(OrderedDictionary<String, Put>())
+    private let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    /// Entries to apply locally, in the order the ledger let them through.
+    private let applies = AsyncStream<(name: String, value: MirroredValue)>.makeStream()
+    private let restarts = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    /// While a session after a restart of the daemon reads the current entries: this process's own apply too.
+    private let restoringOwn = NIOLockedValueBox(false)
     private let observations = NIOLockedValueBox<[Observation]>([])
-    /// Puts waiting while the bucket is unreachable, at most: beyond, they are dropped and counted.
-    static let maxWaitingPuts = 65_536
 
-    init(bridge: Bridge, bucket: String) {
+    init(bridge: Bridge, bucket: String, configuration: NotifyCenter.Configuration) {
         self.bridge = bridge
         self.bucket = bucket
-        (puts, putQueue) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(Self.maxWaitingPuts))
+        states = NotifyCenter(configuration: configuration)
     }
 
     private var counters: BridgeCounters { bridge.counters }
@@ -68,41 +80,89 @@ final class BucketMirror: Sendable {
     }
 
     private func enqueue(_ put: Put) {
-        if case .dropped = putQueue.yield(put) { counters.bump(.bucketPutFailed) }
+        waiting.withLockedValue { $0[BucketKey.key(put.kind, name: put.name)] = put }
+        wake.continuation.yield()
+    }
+
+    /// The local daemon restarted (its state values and retained notifications are gone): start over from the
+    /// bucket's current entries.
+    func restart() {
+        restarts.continuation.yield()
     }
 
     /// Opens the bucket (creating it if needed), applies its entries, then starts exporting; runs until the task is
-    /// cancelled.
+    /// cancelled, starting over after a failed watch or a restart of the local daemon.
     func run() async {
-        guard let kv = await openBucket() else { return }
         await withTaskGroup(of: Void.self) { group in
-            if !bridge.importPatterns.isEmpty {
-                for notification in await currentRetained(matching: bridge.importPatterns) {
-                    let origin = notification.origin
-                    localRetained.withLockedValue {
-                        $0[notification.name] = PostIdentity(
-                            host: origin?.host ?? bridge.hostID, sequence: origin?.sequence ?? notification.sequence)
-                    }
+            group.addTask { await self.applyEntries() }
+            var exporting = false
+            var restarted = false
+            var delay = Duration.milliseconds(100)
+            while !Task.isCancelled {
+                guard let kv = await openBucket() else { break }
+                if !exporting { group.addTask { await self.putValues(into: kv) } }
+                let watching = await session(kv, startExporting: !exporting, afterRestart: restarted)
+                exporting = true
+                restarted = watching
+                if Task.isCancelled { break }
+                if watching { delay = .milliseconds(100) } else {
+                    counters.bump(.bucketWatchRestarts)
+                    try? await Task.sleep(for: delay)
+                    delay = min(delay * 2, .seconds(5))
                 }
-                let initialValuesDone = AsyncStream<Void>.makeStream()
-                group.addTask { await self.importEntries(from: kv, initialValuesDone: initialValuesDone.continuation) }
-                for await _ in initialValuesDone.stream { break }
-                logger.info("applied the current entries of the key-value bucket \(bucket)")
             }
-            group.addTask { await self.putValues(into: kv) }
-            startExportingStates()
-            // Retained notifications posted here while no bridge ran (relayed ones came from elsewhere).
-            for notification in await currentRetained(matching: bridge.exportPatterns) where notification.origin == nil {
-                enqueue(
-                    Put(
-                        name: notification.name, kind: .retained,
-                        bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) },
-                        origin: origin(of: notification), onlyIfAbsent: isImported(notification.name),
-                        skipIfSamePost: true))
-            }
-            await group.waitForAll()
+            group.cancelAll()
         }
         for observation in observations.withLockedValue({ $0 }) { observation.cancel() }
+        await states.close()
+    }
+
+    /// Applies the bucket's entries until the watch ends or a restart is asked for.
+    ///
+    /// - Returns: whether it ended for a restart (true) rather than a failure of the watch.
+    private func session(_ kv: NATSKeyValue, startExporting: Bool, afterRestart: Bool) async -> Bool {
+        // The daemon lost everything: every entry applies again, this host's own last puts included.
+        if afterRestart { ledger.withLockedValue { $0 = MirrorLedger() } }
+        restoringOwn.withLockedValue { $0 = afterRestart }
+        return await withTaskGroup(of: Bool.self) { group in
+            let initialValuesDone = AsyncStream<Void>.makeStream()
+            if !bridge.importPatterns.isEmpty {
+                var held: [String: PostIdentity] = [:]
+                for notification in await currentRetained(matching: bridge.importPatterns) {
+                    let origin = notification.origin
+                    held[notification.name] = PostIdentity(
+                        host: origin?.host ?? bridge.hostID, sequence: origin?.sequence ?? notification.sequence)
+                }
+                localRetained.withLockedValue { $0 = held }
+                group.addTask {
+                    await self.importEntries(from: kv, initialValuesDone: initialValuesDone.continuation)
+                    return false
+                }
+                for await _ in initialValuesDone.stream { break }
+                restoringOwn.withLockedValue { $0 = false }
+                logger.info("applied the current entries of the key-value bucket \(bucket)")
+            }
+            if startExporting {
+                startExportingStates()
+                // Retained notifications posted here while no bridge ran (relayed ones came from elsewhere).
+                for notification in await currentRetained(matching: bridge.exportPatterns)
+                where notification.origin == nil {
+                    enqueue(
+                        Put(
+                            name: notification.name, kind: .retained,
+                            bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) },
+                            origin: origin(of: notification), onlyIfAbsent: isImported(notification.name),
+                            skipIfSamePost: true))
+                }
+            }
+            group.addTask {
+                for await _ in self.restarts.stream { return true }
+                return false
+            }
+            let outcome = await group.next() ?? false
+            group.cancelAll()
+            return outcome
+        }
     }
 
     private func openBucket() async -> NATSKeyValue? {
@@ -158,7 +218,7 @@ final class BucketMirror: Sendable {
                 case .initialValuesDone:
                     initialValuesDone.yield()
                 case .entry(let entry):
-                    await importEntry(entry)
+                    importEntry(entry)
                 }
             }
         } catch {
@@ -166,13 +226,21 @@ final class BucketMirror: Sendable {
         }
     }
 
-    private func importEntry(_ entry: NATSKeyValueEntry) async {
+    private func importEntry(_ entry: NATSKeyValueEntry) {
         guard entry.operation == .put else { return }
-        guard let (kind, name) = BucketKey.parse(entry.key) else {
+        guard let (kind, name) = BucketKey.parse(entry.key), !name.hasPrefix("self.") else {
             counters.bump(.bucketInvalid)
             return
         }
+        bucketValues.withLockedValue { $0[entry.key] = entry.value }
         guard isImported(name) else { return }
+        let origin = Origin(headers: entry.headers)
+        // This process's own put, stored even if its acknowledgement was lost: the local value is at least as new.
+        if let origin, origin.host == bridge.hostID, origin.instance == bridge.instance,
+            !restoringOwn.withLockedValue({ $0 })
+        {
+            return
+        }
         let value: MirroredValue
         switch kind {
         case .state:
@@ -182,9 +250,8 @@ final class BucketMirror: Sendable {
             }
             value = .state(number)
         case .retained:
-            // From a plain NATS client, without origin headers: remote all the same.
-            let source = Origin(headers: entry.headers)
-                ?? Origin(host: Origin.plainNATSHost, uid: .max, gid: .max, pid: 0, sequence: 0)
+            // From a plain NATS client, without origin headers: remote all the same, one post per revision.
+            let source = origin ?? Origin(host: Origin.plainNATSHost, uid: .max, gid: .max, pid: 0, sequence: 0)
             guard (1...RelayOrigin.maxHostLength).contains(source.host.utf8.count) else {
                 counters.bump(.bucketInvalid)
                 return
@@ -192,35 +259,46 @@ final class BucketMirror: Sendable {
             value = .retained(
                 payload: entry.value,
                 origin: NotificationOrigin(
-                    host: source.host, uid: source.uid, gid: source.gid, pid: source.pid, sequence: source.sequence))
+                    host: source.host, uid: source.uid, gid: source.gid, pid: source.pid,
+                    sequence: source.sequence != 0 ? source.sequence : entry.revision))
         }
-        guard ledger.withLockedValue({ $0.received(entry.key, revision: entry.revision, value: value) }) else { return }
-        await apply(value, to: name)
+        // Decided and queued under one lock: the applies happen in the order the ledger decided them.
+        ledger.withLockedValue { ledger in
+            if ledger.received(entry.key, revision: entry.revision, value: value) {
+                applies.continuation.yield((name, value))
+            }
+        }
     }
 
-    private func apply(_ value: MirroredValue, to name: String) async {
-        switch value {
-        case .state(let number):
-            do {
-                try await bridge.center.setState(number, for: name)
-                counters.bump(.stateImported)
-            } catch {
-                counters.bump(.stateRefused)
-                logger.warning("the daemon refused the imported state of \(name): \(error)")
-            }
-        case .retained(let payload, let origin):
-            let post = PostIdentity(host: origin.host, sequence: origin.sequence)
-            guard localRetained.withLockedValue({ $0[name] }) != post else { return }
-            do {
-                // A refusal by the daemon comes back as a rejected post, counted as import_refused.
-                try bridge.center.post(name, payload: payload.readableBytesView, retain: true, origin: origin)
-                localRetained.withLockedValue { $0[name] = post }
-                counters.bump(.retainedImported)
-            } catch NotifyError.payloadTooLarge {
-                counters.bump(.importTooLarge)
-            } catch {
-                counters.bump(.importLost)
-                logger.error("cannot import the retained \(name): \(error)")
+    private func applyEntries() async {
+        for await (name, value) in applies.stream {
+            switch value {
+            case .state(let number):
+                do {
+                    try await states.setState(number, for: name)
+                    counters.bump(.stateImported)
+                } catch NotifyError.rejected(_, let message) {
+                    counters.bump(.stateRefused)
+                    logger.warning("the daemon refused the imported state of \(name): \(message)")
+                } catch {
+                    // Unreachable: applied again from the bucket when the daemon is back (a restart starts over).
+                    counters.bump(.importLost)
+                    logger.warning("cannot set the imported state of \(name): \(error)")
+                }
+            case .retained(let payload, let origin):
+                let post = PostIdentity(host: origin.host, sequence: origin.sequence)
+                guard localRetained.withLockedValue({ $0[name] }) != post else { continue }
+                do {
+                    // A refusal by the daemon comes back as a rejected post, counted as import_refused.
+                    try bridge.center.post(name, payload: payload.readableBytesView, retain: true, origin: origin)
+                    localRetained.withLockedValue { $0[name] = post }
+                    counters.bump(.retainedImported)
+                } catch NotifyError.payloadTooLarge {
+                    counters.bump(.importTooLarge)
+                } catch {
+                    counters.bump(.importLost)
+                    logger.error("cannot import the retained \(name): \(error)")
+                }
             }
         }
     }
@@ -247,15 +325,16 @@ final class BucketMirror: Sendable {
         for (index, pattern) in patterns.enumerated() {
             let earlier = Array(patterns[..<index])
             do {
-                let observation = try bridge.center.observeStates(pattern.text, sendingCurrent: true, on: .immediate) {
+                let observation = try states.observeStates(pattern.text, sendingCurrent: true, on: .immediate) {
                     [self] change in
                     if earlier.contains(where: { $0.matches(change.name) }) { return }
+                    // A current value has no known setter.
                     let sender = change.sender
                     enqueue(
                         Put(
                             name: change.name, kind: .state, bytes: ByteBuffer(string: String(change.value)),
                             origin: Origin(
-                                host: bridge.hostID, uid: sender?.uid ?? 0, gid: sender?.gid ?? 0,
+                                host: bridge.hostID, uid: sender?.uid ?? .max, gid: sender?.gid ?? .max,
                                 pid: sender?.pid ?? 0, sequence: 0, instance: bridge.instance),
                             onlyIfAbsent: change.isCurrent && isImported(change.name)))
                 }
@@ -266,9 +345,23 @@ final class BucketMirror: Sendable {
         }
     }
 
+    /// Whether a failed put may succeed later: not when the bucket or the server refused it.
+    private static func isTransient(_ error: any Error) -> Bool {
+        switch error {
+        case is NATSJetStreamAPIError, is NATSKeyValueError, NATSClientError.payloadTooLarge: false
+        default: true
+        }
+    }
+
     private func putValues(into kv: NATSKeyValue) async {
-        for await put in puts {
-            let key = BucketKey.key(put.kind, name: put.name)
+        while !Task.isCancelled {
+            guard let (key, put) = waiting.withLockedValue({ $0.isEmpty ? nil : $0.removeFirst() }) else {
+                for await _ in wake.stream { break }
+                continue
+            }
+            if bucketValues.withLockedValue({ $0[key] }) == put.bytes, put.kind == .state || put.skipIfSamePost {
+                continue
+            }
             if put.skipIfSamePost, let held = try? await kv.get(key), let origin = Origin(headers: held.headers),
                 origin.host == put.origin.host, origin.sequence == put.origin.sequence
             {
@@ -281,15 +374,23 @@ final class BucketMirror: Sendable {
                 // JetStream refuses the put when the key has a value already (the expected last sequence).
                 if put.onlyIfAbsent { headers.append("Nats-Expected-Last-Subject-Sequence", "0") }
                 revision = try await kv.put(key, value: put.bytes, headers: headers)
+                bucketValues.withLockedValue { $0[key] = put.bytes }
                 counters.bump(put.kind == .state ? .stateExported : .retainedExported)
             } catch {
                 if !put.onlyIfAbsent {
                     counters.bump(.bucketPutFailed)
                     logger.warning("cannot put \(key) into \(bucket): \(error)")
+                    if Self.isTransient(error) {
+                        // NATS or JetStream unreachable: tried again unless a newer value for the key waits.
+                        waiting.withLockedValue { if $0[key] == nil { $0[key] = put } }
+                        try? await Task.sleep(for: .milliseconds(500))
+                    }
                 }
             }
-            if let newer = ledger.withLockedValue({ $0.didPut(key, revision: revision) }), isImported(put.name) {
-                await apply(newer, to: put.name)
+            ledger.withLockedValue { ledger in
+                if let newer = ledger.didPut(key, revision: revision), isImported(put.name) {
+                    applies.continuation.yield((put.name, newer))
+                }
             }
         }
     }

@@ -24,7 +24,7 @@ struct BucketKeyTests {
 
     @Test("keys this mapping did not write map to no name")
     func foreignKeys() {
-        for key in ["other.x", "state.", "retained.", "state.a=2", "state.a=zz", "state.a=2f", "state.a/b", "statex.a", "x"] {
+        for key in ["other.x", "state.", "retained.", "state.a=2", "state.a=zz", "state.a=2f", "state.a/b", "statex.a", "x", "state.=61", "state.a=2E"] {
             #expect(BucketKey.parse(key) == nil, "\(key)")
         }
         #expect(BucketKey.parse("state.=FF") == nil, "not UTF-8")

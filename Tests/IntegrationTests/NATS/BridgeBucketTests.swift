@@ -202,4 +202,72 @@ struct BridgeBucketTests {
             await nats.close()
         }
     }
+
+    @Test("a local daemon that restarts under its bridge gets the bucket's values back; plain NATS clients' retained puts each arrive")
+    func restoresAfterDaemonRestart() async throws {
+        try await withIntegrationScope { scope in
+            let server = try await NATSServerProcess.start(in: scope, arguments: ["-js", "-sd", scope.directory + "/js"])
+            let socketA = scope.directory + "/a.sock"
+            _ = try await scope.startDaemon(socketPath: socketA)
+            let centerA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
+            let bridgeA = try scope.launch(
+                .bridge,
+                ["--socket", socketA, "--nats", server.url, "--export", "org.>", "--import", "org.>",
+                 "--kv-bucket", "fleet", "--host-id", "host-a"])
+            defer { bridgeA.send(SIGKILL) }
+            try await bridgeA.waitForLine(containing: "applied the current entries")
+            var daemonB = try await scope.startDaemon()
+            let bridgeB = try scope.launch(
+                .bridge,
+                ["--socket", scope.socketPath, "--nats", server.url, "--export", "org.>", "--import", "org.>",
+                 "--kv-bucket", "fleet", "--host-id", "host-b", "--log-level", "debug"])
+            defer { bridgeB.send(SIGKILL) }
+            try await bridgeB.waitForLine(containing: "applied the current entries")
+            try await centerA.setState(3, for: "org.example.level")
+            _ = try await centerA.postAndWait("org.example.banner", text: "hello", retain: true)
+
+            func current(_ name: String, on socket: String) async throws -> ReceivedNotification? {
+                let center = try await NotifyCenter.connect(configuration: .init(socketPath: socket))
+                let seen = Locked<[ReceivedNotification]>([])
+                let observation = try center.observe(
+                    name, on: .immediate, options: ObservationOptions(receivesCurrentValue: true)
+                ) { note in if note.isRetained { seen.withLock { $0.append(note) } } }
+                try await center.synchronize()
+                observation.cancel()
+                await center.close()
+                return seen.withLock { $0.last }
+            }
+            func waitForValues(on socket: String, _ what: String) async throws {
+                _ = try await poll("the fleet's values on \(what)", timeout: 20) { () async throws -> Bool? in
+                    let center = try await NotifyCenter.connect(configuration: .init(socketPath: socket))
+                    let level = try await center.state(of: "org.example.level")
+                    await center.close()
+                    let banner = try await current("org.example.banner", on: socket)
+                    return level == 3 && banner?.payloadString == "hello" ? true : nil
+                }
+            }
+            try await waitForValues(on: scope.socketPath, "host b")
+
+            // Host b's daemon dies and comes back empty; its bridge reconnects and applies the bucket again.
+            daemonB.child.send(SIGKILL)
+            _ = try await daemonB.child.waitForExit(timeout: 20)
+            daemonB = try await scope.startDaemon()
+            try await waitForValues(on: scope.socketPath, "host b's restarted daemon")
+            #expect(try await current("org.example.banner", on: scope.socketPath)?.origin?.host == "host-a")
+
+            // Retained puts from a plain NATS client carry no origin: each is a post of its own.
+            let nats = try await NATSClient.connected(to: [server.url])
+            let kv = try await nats.keyValue(bucket: "fleet", createIfMissing: false)
+            _ = try await kv.put("retained.org.example.plain", value: Array("one".utf8))
+            _ = try await poll("the first plain put on host b", timeout: 20) {
+                try await current("org.example.plain", on: scope.socketPath)?.payloadString == "one" ? true : nil
+            }
+            _ = try await kv.put("retained.org.example.plain", value: Array("two".utf8))
+            _ = try await poll("the second plain put on host b", timeout: 20) {
+                try await current("org.example.plain", on: scope.socketPath)?.payloadString == "two" ? true : nil
+            }
+            await centerA.close()
+            await nats.close()
+        }
+    }
 }
