@@ -65,6 +65,7 @@ final class BucketMirror: Sendable {
     /// While a session after a restart of the daemon reads the current entries: this process's own apply too.
     private let restoringOwn = NIOLockedValueBox(false)
     private let observations = NIOLockedValueBox<[Observation]>([])
+    private let putTask = NIOLockedValueBox<Task<Void, Never>?>(nil)
 
     init(bridge: Bridge, bucket: String, configuration: NotifyCenter.Configuration) {
         self.bridge = bridge
@@ -100,7 +101,6 @@ final class BucketMirror: Sendable {
             var delay = Duration.milliseconds(100)
             while !Task.isCancelled {
                 guard let kv = await openBucket() else { break }
-                if !exporting { group.addTask { await self.putValues(into: kv) } }
                 let watching = await session(kv, startExporting: !exporting, afterRestart: restarted)
                 exporting = true
                 restarted = watching
@@ -113,6 +113,7 @@ final class BucketMirror: Sendable {
             }
             group.cancelAll()
         }
+        putTask.withLockedValue { $0?.cancel() }
         for observation in observations.withLockedValue({ $0 }) { observation.cancel() }
         await states.close()
     }
@@ -143,6 +144,9 @@ final class BucketMirror: Sendable {
                 logger.info("applied the current entries of the key-value bucket \(bucket)")
             }
             if startExporting {
+                // Only now: a put made before the bucket's entries were applied could lose to them locally and
+                // win in the bucket.
+                putTask.withLockedValue { $0 = Task { await self.putValues(into: kv) } }
                 startExportingStates()
                 // Retained notifications posted here while no bridge ran (relayed ones came from elsewhere).
                 for notification in await currentRetained(matching: bridge.exportPatterns)

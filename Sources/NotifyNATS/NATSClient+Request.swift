@@ -15,8 +15,9 @@ extension NATSClient {
 
     /// Sends `payload` (with `headers`, if any) to `subject` and waits for the first reply.
     ///
-    /// A request made while the client is disconnected waits in the outbox and is sent on reconnection, if its
-    /// timeout allows; a reply lost with a connection is not resent, and the request times out.
+    /// A request made while the client is disconnected waits in the outbox and is sent on reconnection, even after
+    /// its timeout has failed the call: a caller that timed out cannot assume the request had no effect (a
+    /// JetStream put may still be stored). A reply lost with a connection is not resent, and the request times out.
     ///
     /// - Returns: the reply, as received (its headers may carry a status, e.g. JetStream's `404`).
     /// - Throws: ``NATSClientError/timedOut(_:)`` when no reply comes within `timeout`;
