@@ -12,11 +12,7 @@ struct BridgeBucketTests {
     static let nobody: (uid: UInt32, gid: UInt32) = (65_534, 65_534)
 
     private func statistics(of bridge: ChildProcess) async throws -> [String: Int] {
-        let before = bridge.stdoutLines.count
-        bridge.send(SIGUSR1)
-        let lines = try await bridge.waitForStdoutLines(before + 1)
-        let object = try JSONSerialization.jsonObject(with: Data(lines[before].utf8)) as? [String: Any] ?? [:]
-        return object.compactMapValues { ($0 as? NSNumber)?.intValue }
+        try await bridge.bridgeStatistics()
     }
 
     private func waitForState(_ name: String, _ value: UInt64, on center: NotifyCenter, _ host: String) async throws {

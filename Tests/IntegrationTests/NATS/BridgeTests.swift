@@ -10,13 +10,8 @@ import Testing
 struct BridgeTests {
     static let nobody: (uid: UInt32, gid: UInt32) = (65_534, 65_534)
 
-    /// The bridge's counters: SIGUSR1 prints them as a JSON line on its standard output.
     private func statistics(of bridge: ChildProcess) async throws -> [String: Int] {
-        let before = bridge.stdoutLines.count
-        bridge.send(SIGUSR1)
-        let lines = try await bridge.waitForStdoutLines(before + 1)
-        let object = try JSONSerialization.jsonObject(with: Data(lines[before].utf8)) as? [String: Any] ?? [:]
-        return object.compactMapValues { ($0 as? NSNumber)?.intValue }
+        try await bridge.bridgeStatistics()
     }
 
     private func waitForCounter(
@@ -203,5 +198,16 @@ struct BridgeTests {
             bytes += chunk[0..<count]
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+extension ChildProcess {
+    /// A `notifyd-bridge`'s counters: SIGUSR1 prints them as a JSON line on its standard output.
+    func bridgeStatistics() async throws -> [String: Int] {
+        let before = stdoutLines.count
+        send(SIGUSR1)
+        let lines = try await waitForStdoutLines(before + 1)
+        let object = try JSONSerialization.jsonObject(with: Data(lines[before].utf8)) as? [String: Any] ?? [:]
+        return object.compactMapValues { ($0 as? NSNumber)?.intValue }
     }
 }
