@@ -35,10 +35,11 @@ enum SocketCookie {
         var result: [UInt64: CInt] = [:]
         if let directory = opendir("/proc/self/fd") {
             defer { closedir(directory) }
+            // A record is only as long as its name: reading `d_name` as the whole 256-byte field (or `pointee` as a
+            // whole `dirent`) runs past the end of the last record in readdir's buffer.
+            let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
             while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
+                let name = String(cString: (UnsafeRawPointer(entry) + nameOffset).assumingMemoryBound(to: CChar.self))
                 if let descriptor = CInt(name), let cookie = read(descriptor: descriptor) { result[cookie] = descriptor }
             }
             return result
