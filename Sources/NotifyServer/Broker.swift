@@ -97,6 +97,12 @@ final class Broker {
         index.invalidateRoutes()
     }
 
+    /// What matching has cost so far (a wrapping count of pattern trie nodes visited and store entries scanned),
+    /// charged to the connection whose frame caused it.
+    var matchingWork: Int {
+        index.patternNodesVisited &+ stateWatchers.patternNodesVisited &+ store.entriesScanned
+    }
+
     // MARK: Peers
 
     /// Adds a peer that just connected, or one a predecessor handed over with its number; returns its connection

@@ -179,10 +179,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 broker.endRun()
                 turnFrames += 1
                 peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFrames)
-                // A SET_STATE walks the state watchers' trie: it counts like a post's walk.
-                let visitsBefore = broker.index.patternNodesVisited &+ broker.stateWatchers.patternNodesVisited
+                // A SET_STATE walks the state watchers' trie: it counts like a post's walk; a SUBSCRIBE that asks for
+                // the current values of a pattern scans every state or retained name: each entry counts as a visit.
+                let visitsBefore = broker.matchingWork
                 peer.handle(try ClientFrame.decode(type: frame.type, body: &frame.body))
-                turnPatternVisits += broker.index.patternNodesVisited &+ broker.stateWatchers.patternNodesVisited &- visitsBefore
+                turnPatternVisits += broker.matchingWork &- visitsBefore
             }
         } catch {
             broker.endRun()

@@ -4,6 +4,9 @@ import NotifyWire
 /// The state values set with `SET_STATE` and the last notification posted with `retain` on each name, each
 /// charged to the user who set or posted it.
 struct StateStore {
+    /// Entries the pattern scans for current values have visited (a wrapping count): the connection asking pays
+    /// for them in its turn's budget, as it does for pattern trie nodes.
+    private(set) var entriesScanned = 0
     /// The last notification posted with `retain` on a name.
     struct RetainedNotification {
         var sequence: UInt64
@@ -37,9 +40,10 @@ struct StateStore {
 
     /// The state values of every name `pattern` matches for which `mayObserve` holds, in ascending byte order of
     /// the names (a state subscription's current values).
-    func states(matching pattern: NotificationPattern, where mayObserve: (String) -> Bool) -> [(String, UInt64)] {
+    mutating func states(matching pattern: NotificationPattern, where mayObserve: (String) -> Bool) -> [(String, UInt64)] {
         let matches: [(String, UInt64)]
         if pattern.hasWildcards {
+            entriesScanned &+= states.count
             matches = states.filter { pattern.matches($0.key.string) }.map { ($0.key.string, $0.value.value) }
         } else {
             matches = states[ExactName(pattern.text)].map { [(pattern.text, $0.value)] } ?? []
@@ -103,11 +107,12 @@ struct StateStore {
 
     /// The retained notifications of every name `pattern` matches, oldest first, for which `mayObserve` holds,
     /// each with its origin if it has one (the caller removes it for a peer that did not ask for origins).
-    func retainedNotifications(
+    mutating func retainedNotifications(
         matching pattern: NotificationPattern, where mayObserve: (String) -> Bool
     ) -> [NotificationFrame] {
         let matches: [(String, RetainedNotification)]
         if pattern.hasWildcards {
+            entriesScanned &+= retained.count
             matches = retained.filter { pattern.matches($0.key.string) }.map { ($0.key.string, $0.value) }
         } else {
             matches = retained[ExactName(pattern.text)].map { [(pattern.text, $0)] } ?? []

@@ -100,4 +100,43 @@ struct FairnessTests {
                 "\(entry.mostFramesInOneTurn) costly posts served in one turn; at most \(perTurn) expected")
         }
     }
+
+    @Test("subscriptions asking for the current values of a pattern pay for the names they scan: a few per turn")
+    func currentValueScansAreServedInSlices() async throws {
+        try await withServer { server in
+            // 20,000 state values, set by root in one pipelined burst.
+            let setter = try await server.connectRaw("setter")
+            try await setter.hello()
+            var sets = ByteBuffer()
+            for index in 0..<20_000 {
+                ClientFrame.setState(requestID: UInt32(index + 1), name: "s.\(index)", value: UInt64(index))
+                    .encode(into: &sets)
+            }
+            try await setter.sendBuffer(sets)
+            for _ in 0..<20_000 { guard case .ok = try await setter.next() else { throw TestFailure("SET_STATE refused") } }
+
+            // 100 state subscriptions to a pattern that matches nothing, each asking for current values: each
+            // scans every state name.
+            let scanner = try await server.connectRaw("scanner")
+            try await scanner.hello()
+            var subscribes = ByteBuffer()
+            for index in 1...100 {
+                ClientFrame.testSubscribe(
+                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "none.>",
+                    flags: [.states, .sendRetained]
+                ).encode(into: &subscribes)
+            }
+            try await scanner.sendBuffer(subscribes)
+            for index in 1...100 {
+                let frame = try await scanner.next()
+                guard case .ok(UInt32(index)) = frame else { throw TestFailure("expected OK(\(index)), got \(frame.summary)") }
+            }
+            let snapshot = try await server.snapshot()
+            let entry = try #require(snapshot.clients.first { $0.clientName == "scanner" })
+            let perTurn = 2 + PeerChannelHandler.patternVisitsPerTurn / 20_000
+            #expect(
+                entry.mostFramesInOneTurn <= perTurn,
+                "\(entry.mostFramesInOneTurn) scanning subscriptions served in one turn; at most \(perTurn) expected")
+        }
+    }
 }
