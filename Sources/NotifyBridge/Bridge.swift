@@ -205,10 +205,8 @@ package final class Bridge: Sendable {
             mirror.exportRetained(notification)
             return
         }
-        var origin = Origin(
-            host: hostID, uid: notification.sender.uid, gid: notification.sender.gid, pid: notification.sender.pid,
-            sequence: notification.sequence, instance: instance,
-            bridgeSequence: counters.exportSequence.load(ordering: .relaxed) + 1)
+        var origin = origin(of: notification)
+        origin.bridgeSequence = counters.exportSequence.load(ordering: .relaxed) + 1
         // Without a bucket, a retained post travels on its subject, marked so that importers post it retained.
         origin.retained = notification.isRetainedPost
         let payload = notification.withPayloadBytes { ByteBuffer(bytes: $0) }
@@ -226,11 +224,18 @@ package final class Bridge: Sendable {
         }
     }
 
+    /// The origin of a local notification this bridge carries: this host, the poster's credentials, its sequence.
+    func origin(of notification: ReceivedNotification) -> Origin {
+        Origin(
+            host: hostID, uid: notification.sender.uid, gid: notification.sender.gid, pid: notification.sender.pid,
+            sequence: notification.sequence, instance: instance)
+    }
+
     private func importMessage(_ message: NATSMessage) {
         let origin = Origin(headers: message.headers)
         if let origin {
             // The daemon closes a connection whose origin host is empty or too long: refused here instead.
-            guard (1...RelayOrigin.maxHostLength).contains(origin.host.utf8.count) else {
+            guard origin.hasValidHost else {
                 counters.bump(.importInvalidOrigin)
                 return
             }
@@ -252,9 +257,8 @@ package final class Bridge: Sendable {
             return
         }
         // A message from a plain NATS client has no origin headers: it is remote all the same.
-        let source = origin ?? Origin(host: Origin.plainNATSHost, uid: .max, gid: .max, pid: 0, sequence: 0)
-        let relayed = NotificationOrigin(
-            host: source.host, uid: source.uid, gid: source.gid, pid: source.pid, sequence: source.sequence)
+        let source = origin ?? .plainNATS
+        let relayed = source.notificationOrigin
         do {
             try center.post(name, payload: message.payload.readableBytesView, retain: source.retained, origin: relayed)
             counters.bump(.imported)

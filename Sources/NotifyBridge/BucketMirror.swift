@@ -43,6 +43,13 @@ final class BucketMirror: Sendable {
     struct PostIdentity: Hashable, Sendable {
         var host: String
         var sequence: UInt64
+
+        init(host: String, sequence: UInt64) {
+            self.host = host
+            self.sequence = sequence
+        }
+
+        init(_ origin: NotificationOrigin) { self.init(host: origin.host, sequence: origin.sequence) }
     }
 
     private let bridge: Bridge
@@ -155,7 +162,7 @@ final class BucketMirror: Sendable {
                         Put(
                             name: notification.name, kind: .retained,
                             bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) },
-                            origin: origin(of: notification), onlyIfAbsent: isImported(notification.name),
+                            origin: bridge.origin(of: notification), onlyIfAbsent: isImported(notification.name),
                             skipIfSamePost: true))
                 }
             }
@@ -206,12 +213,6 @@ final class BucketMirror: Sendable {
         return received.withLockedValue { $0 }.filter { seen.insert($0.name).inserted }
     }
 
-    private func origin(of notification: ReceivedNotification) -> Origin {
-        Origin(
-            host: bridge.hostID, uid: notification.sender.uid, gid: notification.sender.gid,
-            pid: notification.sender.pid, sequence: notification.sequence, instance: bridge.instance)
-    }
-
     // MARK: Bucket to local daemon
 
     private func importEntries(from kv: NATSKeyValue, initialValuesDone: AsyncStream<Void>.Continuation) async {
@@ -255,16 +256,13 @@ final class BucketMirror: Sendable {
             value = .state(number)
         case .retained:
             // From a plain NATS client, without origin headers: remote all the same, one post per revision.
-            let source = origin ?? Origin(host: Origin.plainNATSHost, uid: .max, gid: .max, pid: 0, sequence: 0)
-            guard (1...RelayOrigin.maxHostLength).contains(source.host.utf8.count) else {
+            var source = origin ?? .plainNATS
+            guard source.hasValidHost else {
                 counters.bump(.bucketInvalid)
                 return
             }
-            value = .retained(
-                payload: entry.value,
-                origin: NotificationOrigin(
-                    host: source.host, uid: source.uid, gid: source.gid, pid: source.pid,
-                    sequence: source.sequence != 0 ? source.sequence : entry.revision))
+            if source.sequence == 0 { source.sequence = entry.revision }
+            value = .retained(payload: entry.value, origin: source.notificationOrigin)
         }
         // Decided and queued under one lock: the applies happen in the order the ledger decided them.
         ledger.withLockedValue { ledger in
@@ -290,7 +288,7 @@ final class BucketMirror: Sendable {
                     logger.warning("cannot set the imported state of \(name): \(error)")
                 }
             case .retained(let payload, let origin):
-                let post = PostIdentity(host: origin.host, sequence: origin.sequence)
+                let post = PostIdentity(origin)
                 guard localRetained.withLockedValue({ $0[name] }) != post else { continue }
                 do {
                     // A refusal by the daemon comes back as a rejected post, counted as import_refused.
@@ -310,7 +308,7 @@ final class BucketMirror: Sendable {
     /// A retained notification imported over NATS (`Notifyd-Retained`) now stands locally: an entry for the same
     /// post is not posted again.
     func noteImportedRetained(_ name: String, origin: NotificationOrigin) {
-        localRetained.withLockedValue { $0[name] = PostIdentity(host: origin.host, sequence: origin.sequence) }
+        localRetained.withLockedValue { $0[name] = PostIdentity(origin) }
     }
 
     // MARK: Local daemon to bucket
@@ -321,7 +319,7 @@ final class BucketMirror: Sendable {
         enqueue(
             Put(
                 name: notification.name, kind: .retained,
-                bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) }, origin: origin(of: notification)))
+                bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) }, origin: bridge.origin(of: notification)))
     }
 
     private func startExportingStates() {

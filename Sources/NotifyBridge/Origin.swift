@@ -1,4 +1,6 @@
+import Notify
 import NotifyNATS
+import NotifyWire
 
 /// Where a bridged notification was first posted: the host, the poster's credentials there, and the daemon's
 /// sequence number. It travels as `Notifyd-Origin-*` headers.
@@ -30,6 +32,16 @@ package struct Origin: Sendable, Equatable {
 
     /// The origin host of a message published by a plain NATS client (one without `Notifyd-Origin-*` headers).
     package static let plainNATSHost = "nats"
+    /// The origin given to such a message: remote all the same, with no credentials known.
+    package static let plainNATS = Origin(host: plainNATSHost, uid: .max, gid: .max, pid: 0, sequence: 0)
+
+    /// Whether the daemon accepts the host (1 to 255 bytes): it closes a connection that relays another.
+    package var hasValidHost: Bool { (1...RelayOrigin.maxHostLength).contains(host.utf8.count) }
+
+    /// The origin a relayed post carries to the local daemon.
+    package var notificationOrigin: NotificationOrigin {
+        NotificationOrigin(host: host, uid: uid, gid: gid, pid: pid, sequence: sequence)
+    }
 
     package enum Header {
         package static let host = "Notifyd-Origin-Host"
