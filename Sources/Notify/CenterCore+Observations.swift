@@ -6,12 +6,7 @@ extension CenterCore {
         _ patternText: String, target: DeliveryTarget, options: ObservationOptions,
         handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) throws(NotifyError) -> ObservationCore {
-        let pattern: NotificationPattern
-        do {
-            pattern = try NotificationPattern(patternText)
-        } catch {
-            throw NotifyError.invalidName(error)
-        }
+        let pattern = try NotifyCenter.parsedPattern(patternText)
         let key = SubscriptionKey(
             pattern: patternText, policy: options.policy, marksRetained: options.marksRetainedPosts)
         let isLocal = NotificationName.isProcessLocal(patternText)

@@ -7,12 +7,7 @@ extension CenterCore {
         _ patternText: String, sendingCurrent: Bool, target: DeliveryTarget,
         handler: @escaping @Sendable (StateChange) -> Void
     ) throws(NotifyError) -> ObservationCore {
-        let pattern: NotificationPattern
-        do {
-            pattern = try NotificationPattern(patternText)
-        } catch {
-            throw NotifyError.invalidName(error)
-        }
+        let pattern = try NotifyCenter.parsedPattern(patternText)
         guard !NotificationName.isProcessLocal(patternText) else {
             throw NotifyError.rejected(
                 code: .invalidName, message: "'\(patternText)' is process-local: names starting with 'self.' have no state values")

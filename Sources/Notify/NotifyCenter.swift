@@ -82,8 +82,13 @@ public final class NotifyCenter: Sendable {
 
     /// Checks a name or pattern (with `*` and `>` labels) without contacting the daemon.
     public static func validate(pattern: String) throws(NotifyError) {
+        _ = try parsedPattern(pattern)
+    }
+
+    /// `pattern` parsed, or the ``NotifyError/invalidName(_:)`` that ``validate(pattern:)`` throws.
+    static func parsedPattern(_ pattern: String) throws(NotifyError) -> NotificationPattern {
         do {
-            _ = try NotificationPattern(pattern)
+            return try NotificationPattern(pattern)
         } catch {
             throw NotifyError.invalidName(error)
         }
