@@ -40,6 +40,7 @@ extension NATSClient {
                 case .failure(let error): return .failure(error)
                 }
             }
+            guard beginOperation(&state) else { return .failure(.closed) }
             let token = String(state.nextRequestToken, radix: 36)
             state.nextRequestToken += 1
             let promise = eventLoop.makePromise(of: NATSMessage.self)
@@ -47,6 +48,7 @@ extension NATSClient {
             return .success((promise, token, state.inboxPrefix + "." + token))
         }
         let (promise, token, replyTo) = try registered.get()
+        defer { endOperation() }
         func abandon(_ error: NATSClientError) -> NATSClientError {
             state.withLockedValue { _ = $0.pendingRequests.removeValue(forKey: token) }
             promise.fail(error)

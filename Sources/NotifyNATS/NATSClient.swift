@@ -179,7 +179,8 @@ public final class NATSClient: Sendable {
     /// - Throws: ``NATSClientError/timedOut(_:)`` when no answer comes within `timeout`, or
     ///   ``NATSClientError/closed``.
     public func flush(timeout: TimeAmount = .seconds(5)) async throws {
-        if state.withLockedValue({ $0.closeStarted }) { throw NATSClientError.closed }
+        guard state.withLockedValue({ beginOperation(&$0) }) else { throw NATSClientError.closed }
+        defer { endOperation() }
         let promise = eventLoop.makePromise(of: Void.self)
         eventLoop.execute { self.sendPing(answering: promise) }
         let timer = eventLoop.scheduleTask(in: timeout) {
@@ -197,11 +198,13 @@ public final class NATSClient: Sendable {
         let waiting = state.withLockedValue { state -> Result<EventLoopPromise<Void>?, NATSClientError> in
             if state.closeStarted { return .failure(.closed) }
             if state.phase.isReady { return .success(nil) }
+            guard beginOperation(&state) else { return .failure(.closed) }
             let promise = eventLoop.makePromise(of: Void.self)
             state.connectionWaiters.append(promise)
             return .success(promise)
         }
         guard let promise = try waiting.get() else { return }
+        defer { endOperation() }
         let timer = eventLoop.scheduleTask(in: timeout) {
             self.state.withLockedValue { $0.forget(promise) }
             promise.fail(NATSClientError.timedOut("no NATS server reachable"))
@@ -221,6 +224,34 @@ public final class NATSClient: Sendable {
         eventLoop.execute { self.shutDown(completing: promise) }
         try? await promise.futureResult.get()
         eventContinuation.finish()
-        try? await ownedGroup?.shutdownGracefully()
+        guard let ownedGroup else { return }
+        // The calls still running end soon (their promises were failed), but may yet arm a timer on this thread.
+        let drained = state.withLockedValue { state -> EventLoopPromise<Void>? in
+            guard state.operationsInFlight > 0 else { return nil }
+            state.operationsDrained = eventLoop.makePromise(of: Void.self)
+            return state.operationsDrained
+        }
+        try? await drained?.futureResult.get()
+        try? await ownedGroup.shutdownGracefully()
+    }
+
+    /// Counts a call that may arm a timer on the client's event loop, unless `close()` started; call it inside the
+    /// state lock, and ``endOperation()`` when the call ends. `close()` stops an owned thread only after every such
+    /// call ended: a timer armed on a stopped event loop is a promise never completed (a crash in debug builds).
+    func beginOperation(_ state: inout ClientState) -> Bool {
+        guard !state.closeStarted else { return false }
+        state.operationsInFlight += 1
+        return true
+    }
+
+    /// Ends a call counted by ``beginOperation(_:)``.
+    func endOperation() {
+        let drained = state.withLockedValue { state -> EventLoopPromise<Void>? in
+            state.operationsInFlight -= 1
+            guard state.operationsInFlight == 0 else { return nil }
+            defer { state.operationsDrained = nil }
+            return state.operationsDrained
+        }
+        drained?.succeed()
     }
 }

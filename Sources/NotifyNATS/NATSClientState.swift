@@ -55,6 +55,10 @@ struct ClientState {
     var readySince: NIODeadline?
     /// `close()` was called (once is enough).
     var closeStarted = false
+    /// Calls that may still arm a timer on the client's event loop (see ``NATSClient/beginOperation(_:)``).
+    var operationsInFlight = 0
+    /// Completed when the last of them ends, for a `close()` that waits to stop the client's own thread.
+    var operationsDrained: EventLoopPromise<Void>?
     var failedAttempts = 0
     var everConnected = false
     var outstandingPings = 0

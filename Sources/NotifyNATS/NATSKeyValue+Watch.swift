@@ -101,12 +101,18 @@ final class NATSKeyValueWatcher: Sendable {
             }
         }
         guard let observer else { throw NATSClientError.closed }
+        // Armed as a counted operation: a close() meanwhile keeps the client's thread until it is armed.
+        guard client.state.withLockedValue({ client.beginOperation(&$0) }) else {
+            client.removeLifecycleObserver(observer)
+            throw NATSClientError.closed
+        }
         let interval = TimeAmount.nanoseconds(Self.heartbeat.nanoseconds * 2)
         let watchdog = client.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
             [weak self] task in
             guard let self else { return task.cancel() }
             self.checkActivity()
         }
+        client.endOperation()
         let stopped = state.withLockedValue { state -> Bool in
             state.observer = observer
             state.watchdog = watchdog
