@@ -1513,6 +1513,16 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
     conns = find(results.get("connections", []), system="notifyd-c")
     add("daemon RSS per idle connection (bytes)", conns.get("bytes_per_connection") if conns else None, 32 * 1024, "lower")
     add("daemon RSS per subscription (bytes)", conns.get("bytes_per_subscription") if conns else None, 256, "lower")
+    redis_conns = find(results.get("connections", []), system="redis")
+    add("issue 13 · connect + subscribe + disconnect: notifyd (C client) / Redis",
+        ratio(conns and conns.get("churn_per_s"), redis_conns and redis_conns.get("churn_per_s")), 1.0, "higher",
+        "" if redis_conns else "Redis not run")
+    add("issue 13 · daemon RSS per idle connection (bytes)", conns.get("bytes_per_connection") if conns else None,
+        12_000, "lower")
+    names = {r["system"]: r for r in results.get("names", []) if r.get("delivered_per_s")}
+    add("issue 13 · many names: notifyd (C client) / C relay",
+        ratio(names.get("notifyd-c", {}).get("delivered_per_s"), names.get("relay", {}).get("delivered_per_s")),
+        0.7, "higher", "" if "relay" in names else "relay not run")
     targets.extend(issue13_targets(results))
     stopped = find(results.get("stopped", []), system="notifyd-c")
     if stopped:

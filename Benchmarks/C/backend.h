@@ -49,6 +49,9 @@ extern const struct backend libnotifyd_backend;
  * D-Bus have no such field. Default: coalesce. */
 extern uint8_t bench_policy_code;
 extern uint32_t bench_queue_limit;
+/* Set by the churn role: notifyd's open leaves HELLO buffered, so HELLO and the SUBSCRIBE that follows go out
+ * in one write and cost one round trip, as Redis's SUBSCRIBE does (other backends ignore it). */
+extern int bench_pipeline_hello;
 
 /* Non-matching pattern number i for a system (glob syntax differs). */
 void pattern_text(const struct backend *b, size_t i, char *out, size_t cap);

@@ -14,7 +14,8 @@ struct conn {
 };
 
 static conn *nd_open(const char *address, const char *client_name, char *err, size_t errlen) {
-    nd_client *c = nd_connect(address, client_name, 1, err, errlen);
+    nd_client *c = nd_connect(address, client_name, bench_pipeline_hello ? ND_PIPELINE_HELLO : ND_WAIT_WELCOME, err,
+                              errlen);
     if (!c) return NULL;
     conn *k = calloc(1, sizeof *k);
     k->c = c;

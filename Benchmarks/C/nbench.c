@@ -59,6 +59,7 @@ static struct {
 
 uint8_t bench_policy_code = 0; /* coalesce */
 uint32_t bench_queue_limit = 0;
+int bench_pipeline_hello = 0;
 
 /* --policy coalesce | queue:N | queue:unbounded (the largest limit the wire allows, 2^32 - 1) | disconnect */
 static void parse_policy(const char *text) {
@@ -557,6 +558,7 @@ static int role_churn(void) {
     uint64_t cycles = 0;
     char err[512];
     char *names[1] = {"bench.churn"};
+    bench_pipeline_hello = 1;
     while (now_ns() < end) {
         conn *c = backend->open(opt.address, opt.client_name, err, sizeof err);
         if (!c) die("churn: %s", err);

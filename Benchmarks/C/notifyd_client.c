@@ -357,8 +357,9 @@ nd_client *nd_connect(const char *path, const char *client_name, int wait_welcom
     c->fd = fd;
     c->max_frame = ND_MIN_MAX_FRAME;
     hello(c, client_name);
-    if (wait_welcome && nd_wait_welcome(c, err, errlen) < 0) { nd_close(c); return NULL; }
-    if (!wait_welcome && nd_flush(c) < 0) { snprintf(err, errlen, "%s", c->error); nd_close(c); return NULL; }
+    if (wait_welcome == ND_PIPELINE_HELLO) return c;
+    if (wait_welcome == ND_WAIT_WELCOME && nd_wait_welcome(c, err, errlen) < 0) { nd_close(c); return NULL; }
+    if (wait_welcome == ND_SEND_HELLO && nd_flush(c) < 0) { snprintf(err, errlen, "%s", c->error); nd_close(c); return NULL; }
     return c;
 }
 

@@ -44,8 +44,11 @@ struct nd_frame {
 
 typedef struct nd_client nd_client;
 
-/* Connects to the Unix socket at `path` and sends HELLO. With `wait_welcome`, returns only once WELCOME
- * arrived (NULL on failure, with a message in `err`). */
+/* Connects to the Unix socket at `path` and sends HELLO. With `wait_welcome` ND_WAIT_WELCOME, returns only once
+ * WELCOME arrived (NULL on failure, with a message in `err`); with ND_SEND_HELLO HELLO is written at once;
+ * with ND_PIPELINE_HELLO it stays buffered and leaves with the first requests' nd_flush (the protocol lets a
+ * client pipeline requests after HELLO; WELCOME then arrives ahead of their answers). */
+enum { ND_SEND_HELLO = 0, ND_WAIT_WELCOME = 1, ND_PIPELINE_HELLO = 2 };
 nd_client *nd_connect(const char *path, const char *client_name, int wait_welcome, char *err, size_t errlen);
 /* Waits for WELCOME after nd_connect(..., 0, ...). 0 on success. */
 int nd_wait_welcome(nd_client *c, char *err, size_t errlen);
