@@ -40,25 +40,9 @@ final class Broker {
     /// Rates, memory and reloads, for `status` (see `Broker+Introspection.swift`).
     var samples = StatusSamples()
 
-    /// The broker's state for each peer, indexed by ``Peer/slot``: kept here, not on the peer, since only the
-    /// broker reads it.
-    private struct PeerSlot {
-        /// The mark of the last post or run routed to the peer (to deliver each post once).
-        var mark: UInt64 = 0
-        /// Where the peer is in the recipients being collected (-1: it may not observe the name).
-        var position = 0
-        /// The route of the peer's last run of posts, for its next post.
-        var parked: PostRun.ParkedRoute?
-        /// Whether the slot is in ``parkedSlots``.
-        var isListedAsParked = false
-        /// Whether the peer has bytes appended since its last flush.
-        var isDirty = false
-    }
-    private var slots: [PeerSlot] = []
-    private var freeSlots: [Int] = []
+    /// The broker's state for each peer, indexed by ``Peer/slot``.
+    private var slots = PeerSlots()
     private var routeMark: UInt64 = 0
-    /// Slots holding a parked route, each once.
-    private var parkedSlots: [Int] = []
     /// Not `lazy`: a lazy property's accessors copy the struct, and the copy would make every append to the
     /// run's buffer copy the whole buffer.
     private var run: PostRun
@@ -70,9 +54,8 @@ final class Broker {
     /// that fails is followed by reading what the peer sent before it went): that peer's handler keeps those
     /// frames for the next turn rather than re-enter the broker mid-fan-out.
     private(set) var isRouting = false
-    /// Peers holding notifications: offered a release regularly, since one held back by its user's quota (not
-    /// its own queue) gets no write completion to trigger one.
-    private var holding: [UInt64: Peer] = [:]
+    /// Peers holding notifications (see `Broker+Holding.swift`).
+    var holding: [UInt64: Peer] = [:]
 
     init(
         eventLoop: EventLoop, configuration: ServerConfiguration, instanceID: InstanceID, daemonPID: UInt32,
@@ -118,15 +101,7 @@ final class Broker {
             statistics.connectionsAccepted += 1
         }
         peers[number] = peer
-        let slot: Int
-        if let free = freeSlots.popLast() {
-            slot = free
-            slots[slot] = PeerSlot()
-        } else {
-            slot = slots.count
-            slots.append(PeerSlot())
-        }
-        return (number, slot)
+        return (number, slots.allocate())
     }
 
     /// Forgets a peer that closed (it has removed its subscriptions already).
@@ -135,17 +110,12 @@ final class Broker {
         holding.removeValue(forKey: peer.number)
         // Parked routes may list the closed peer: drop them all rather than keep it alive until each of their
         // posters posts again. Closes are rare next to posts, and only posters park routes.
-        for slot in parkedSlots {
-            slots[slot].parked = nil
-            slots[slot].isListedAsParked = false
-        }
-        parkedSlots.removeAll(keepingCapacity: true)
-        slots[peer.slot] = PeerSlot()
-        freeSlots.append(peer.slot)
+        slots.dropParkedRoutes()
+        slots.free(peer.slot)
     }
 
     /// How many peers hold a parked route (for tests: it must stay within the number of posters).
-    var parkedPosterCount: Int { parkedSlots.count }
+    var parkedPosterCount: Int { slots.parkedCount }
 
     // MARK: Routing
 
@@ -349,12 +319,7 @@ final class Broker {
         guard let (poster, route) = run.close(currentGeneration: index.generation), poster.phase != .closed else {
             return
         }
-        // A poster resumes and re-parks its route once per read: list it once, not once per park.
-        slots[poster.slot].parked = route
-        if !slots[poster.slot].isListedAsParked {
-            slots[poster.slot].isListedAsParked = true
-            parkedSlots.append(poster.slot)
-        }
+        slots.park(route, in: poster.slot)
     }
 
     private func deliverRun() {
@@ -385,7 +350,7 @@ final class Broker {
         run.clearFrames()
     }
 
-    // MARK: Flushing and releasing
+    // MARK: Flushing
 
     /// Notes that `peer` has bytes to flush at the end of the read burst.
     func markDirty(_ peer: Peer) {
@@ -415,61 +380,4 @@ final class Broker {
         if dirty.isEmpty { dirty = touched }
     }
 
-    /// Offers every holding peer a release of what it holds.
-    func releaseHeldPeers() {
-        for peer in Array(holding.values) { releaseHeld(peer) }
-    }
-
-    /// Moves what `peer` holds into its outbound bytes, if it has room now, and flushes them.
-    func releaseHeld(_ peer: Peer) {
-        let holdingSince = peer.queue.holdingSince
-        guard peer.isOpen, case .released(let caughtUp) = peer.queue.releaseHeld() else { return }
-        if caughtUp {
-            if let holdingSince { metrics.holdingDuration.record(.nanoseconds((NIODeadline.now() - holdingSince).nanoseconds)) }
-            holding.removeValue(forKey: peer.number)
-            peer.logger.info("caught up, no notifications held any more")
-        }
-        flush(peer)
-    }
-
-    /// Offers `peer` releases from now on (it was handed over holding notifications).
-    func startedHolding(_ peer: Peer) {
-        holding[peer.number] = peer
-    }
-
-    /// Stops offering `peer` releases (it sent or discarded everything it held).
-    func stoppedHolding(_ peer: Peer) {
-        holding.removeValue(forKey: peer.number)
-    }
-}
-
-/// Counters kept by the broker, for logs and introspection.
-struct ServerStatistics: Sendable {
-    var connectionsAccepted: UInt64 = 0
-    var posts: UInt64 = 0
-    var deliveries: UInt64 = 0
-    var merged: UInt64 = 0
-    var dropped: UInt64 = 0
-    var slowConsumerDisconnects: UInt64 = 0
-    /// `accept` calls that failed for want of a file descriptor (see ``AcceptGuard``).
-    var acceptFailures: UInt64 = 0
-    /// Connections accepted on the reserve descriptor and closed with `ERROR unavailable`.
-    var connectionsRefused: UInt64 = 0
-    /// Connections that closed, for any reason.
-    var connectionsClosed: UInt64 = 0
-    /// Requests refused with `permission-denied`.
-    var permissionDenials: UInt64 = 0
-    /// Requests and connections refused with `quota-exceeded`.
-    var quotaRefusals: UInt64 = 0
-    /// Connections closed for a protocol error (a fatal `ERROR` the client caused).
-    var protocolErrors: UInt64 = 0
-
-    /// Counts a refusal by its code.
-    mutating func countRefusal(_ code: ErrorCode) {
-        switch code {
-        case .permissionDenied: permissionDenials += 1
-        case .quotaExceeded: quotaRefusals += 1
-        default: break
-        }
-    }
 }
