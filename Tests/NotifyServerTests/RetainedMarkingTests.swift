@@ -212,18 +212,9 @@ struct RetainedMarkingTests {
         #expect(toHealthy.compactMap(\.anyNotification?.payloadText) == (1...200).map { "\($0)" }, "nothing lost: \(toHealthy.count)")
         #expect(toHealthy.allSatisfy { $0.retainedRequestID == 0 })
 
-        stalled.readWrites()
-        let frames = try stalled.received()
-        #expect(frames.prefix(2).map(\.summary).last == "OK(1)", "WELCOME and the OK first")
-        let got = frames.compactMap(\.anyNotification?.payloadText)
-        #expect(got == (0..<got.count).map { "\($0 + 1)" }, "what it got, in order and without a gap")
-        #expect(got.count < 200)
-        guard case .error(let error) = frames.last else {
-            Issue.record("expected ERROR slow-consumer last, got \(frames.suffix(2).map(\.summary))")
-            return
+        try stalled.expectClosedAsSlowConsumer(over: "org.example.level", posted: 200) {
+            $0.anyNotification.flatMap { UInt64($0.payloadText) }
         }
-        #expect(error.code == .slowConsumer && error.closesConnection)
-        #expect(error.message.contains("'org.example.level'"), "\(error.message)")
         daemon.run()
         #expect(!stalled.isActive)
         #expect(daemon.broker.statistics.slowConsumerDisconnects == 1, "only the marking one")

@@ -114,14 +114,7 @@ struct ShutdownTests {
             listening.fulfill(.success(()))
             _ = gate.wait(timeout: .now() + 10)
         }
-        let task = Task {
-            do {
-                try await server.run()
-                finished.fulfill(.success(()))
-            } catch {
-                finished.fulfill(.failure(error))
-            }
-        }
+        let task = Self.run(server, finished: finished)
         try await listening.wait(for: "onListening")
         server.shutdown()
         gate.signal()
@@ -135,6 +128,18 @@ struct ShutdownTests {
         #expect(fileType(at: path) == nil)
     }
 
+    /// Runs `server` in a task that fulfils `finished` when `run()` returns or throws.
+    private static func run(_ server: NotifyServer, finished: OneShot<Void>) -> Task<Void, Never> {
+        Task {
+            do {
+                try await server.run()
+                finished.fulfill(.success(()))
+            } catch {
+                finished.fulfill(.failure(error))
+            }
+        }
+    }
+
     @Test("Task cancellation stops the server like a graceful shutdown")
     func cancellationStopsServer() async throws {
         let directory = try TestServer.makeTemporaryDirectory()
@@ -145,14 +150,7 @@ struct ShutdownTests {
         let server = NotifyServer(configuration: TestServer.configuration(path: path), logger: TestServer.logger) { _ in
             listening.fulfill(.success(()))
         }
-        let task = Task {
-            do {
-                try await server.run()
-                finished.fulfill(.success(()))
-            } catch {
-                finished.fulfill(.failure(error))
-            }
-        }
+        let task = Self.run(server, finished: finished)
         try await listening.wait(for: "onListening")
         let client = try await TestClient.connect(to: path, name: "client")
         try await client.hello()

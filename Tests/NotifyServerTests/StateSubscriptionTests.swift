@@ -180,18 +180,7 @@ struct StateSubscriptionTests {
         let toHealthy = try healthy.received()
         #expect(toHealthy.compactMap(\.stateChange?.value) == (1...200).map(UInt64.init), "nothing lost: \(toHealthy.count) \(toHealthy.prefix(3).map(\.summary))")
 
-        stalled.readWrites()
-        let frames = try stalled.received()
-        #expect(frames.prefix(2).map(\.summary).last == "OK(1)", "WELCOME and the OK first")
-        let values = frames.compactMap(\.stateChange?.value)
-        #expect(values == (0..<UInt64(values.count)).map { $0 + 1 }, "what it got, in order and without a gap: \(frames.prefix(4).map(\.summary))")
-        #expect(values.count < 200)
-        guard case .error(let error) = frames.last else {
-            Issue.record("expected ERROR slow-consumer last, got \(frames.suffix(2).map(\.summary))")
-            return
-        }
-        #expect(error.code == .slowConsumer && error.closesConnection)
-        #expect(error.message.contains("'org.example.level'"), "\(error.message)")
+        try stalled.expectClosedAsSlowConsumer(over: "org.example.level", posted: 200) { $0.stateChange?.value }
         daemon.run()
         #expect(!stalled.isActive)
         #expect(daemon.broker.statistics.slowConsumerDisconnects == 1)

@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import Logging
 import NotifyServer
 import NotifyTestSupport
@@ -55,4 +56,25 @@ final class Collector<Value: Sendable>: Sendable {
         }
         return storage
     }
+}
+
+/// A dispatch queue that knows whether the code running is on it: handlers call ``check()``, and a test
+/// expects ``offTargetCount`` to stay 0.
+final class TargetQueue: Sendable {
+    let queue: DispatchQueue
+    private let key = DispatchSpecificKey<Bool>()
+    private let offTarget = NIOLockedValueBox(0)
+
+    init(label: String) {
+        queue = DispatchQueue(label: label)
+        queue.setSpecific(key: key, value: true)
+    }
+
+    /// Counts a call made anywhere but on ``queue``.
+    func check() {
+        if DispatchQueue.getSpecific(key: key) != true { offTarget.withLockedValue { $0 += 1 } }
+    }
+
+    /// How many ``check()`` calls ran elsewhere.
+    var offTargetCount: Int { offTarget.withLockedValue { $0 } }
 }

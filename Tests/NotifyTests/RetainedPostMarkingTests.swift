@@ -16,13 +16,10 @@ struct RetainedPostMarkingTests {
         let daemon = try await TestServer.start()
         let center = try await daemon.center()
         let poster = try await daemon.center()
-        let queue = DispatchQueue(label: "marks.target")
-        let key = DispatchSpecificKey<Bool>()
-        queue.setSpecific(key: key, value: true)
+        let target = TargetQueue(label: "marks.target")
         let marked = Collector<ReceivedNotification>()
-        let offTarget = NIOLockedValueBox(0)
-        let marking = try center.observe("marks.>", on: .queue(queue), options: ObservationOptions(marksRetainedPosts: true)) {
-            if DispatchQueue.getSpecific(key: key) != true { offTarget.withLockedValue { $0 += 1 } }
+        let marking = try center.observe("marks.>", on: .queue(target.queue), options: ObservationOptions(marksRetainedPosts: true)) {
+            target.check()
             marked.append($0)
         }
         let plain = Collector<ReceivedNotification>()
@@ -41,7 +38,7 @@ struct RetainedPostMarkingTests {
         let other = try await plain.wait(for: 2, "unmarked observation")
         #expect(other.map(\.payloadString) == ["plain", "kept"])
         #expect(other.allSatisfy { !$0.isRetainedPost }, "only reported where asked for")
-        #expect(offTarget.withLockedValue { $0 } == 0, "every handler ran on the requested queue")
+        #expect(target.offTargetCount == 0, "every handler ran on the requested queue")
         try await center.synchronize()
         #expect(marked.values.count == 3 && plain.values.count == 2, "each post once")
         withExtendedLifetime((marking, unmarked)) {}

@@ -16,13 +16,10 @@ struct StateObservationTests {
         let daemon = try await TestServer.start()
         let watcher = try await daemon.center()
         let setter = try await daemon.center()
-        let queue = DispatchQueue(label: "states.target")
-        let key = DispatchSpecificKey<Bool>()
-        queue.setSpecific(key: key, value: true)
+        let target = TargetQueue(label: "states.target")
         let received = Collector<StateChange>()
-        let offTarget = NIOLockedValueBox(0)
-        let observation = try watcher.observeStates("states.*.level", on: .queue(queue)) { change in
-            if DispatchQueue.getSpecific(key: key) != true { offTarget.withLockedValue { $0 += 1 } }
+        let observation = try watcher.observeStates("states.*.level", on: .queue(target.queue)) { change in
+            target.check()
             received.append(change)
         }
         try await watcher.synchronize()
@@ -40,7 +37,7 @@ struct StateObservationTests {
                 StateChange(name: "states.a.level", value: 7, sender: me, isCurrent: false),
                 StateChange(name: "states.b.level", value: 1, sender: me, isCurrent: false),
             ])
-        #expect(offTarget.withLockedValue { $0 } == 0, "every handler ran on the requested queue")
+        #expect(target.offTargetCount == 0, "every handler ran on the requested queue")
         try await watcher.synchronize()
         #expect(received.values.count == 3, "no notification, no state of another name")
         withExtendedLifetime(observation) {}

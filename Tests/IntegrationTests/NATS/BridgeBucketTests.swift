@@ -21,21 +21,37 @@ struct BridgeBucketTests {
         }
     }
 
+    /// A NATS server with JetStream, storing in the scope's directory.
+    private func jetStreamServer(in scope: IntegrationScope) async throws -> NATSServerProcess {
+        try await NATSServerProcess.start(in: scope, arguments: ["-js", "-sd", scope.directory + "/jetstream"])
+    }
+
+    /// Host a: a daemon of its own socket and a center connected to it.
+    private func startHostA(in scope: IntegrationScope) async throws -> (socket: String, center: NotifyCenter) {
+        let socket = scope.directory + "/a.sock"
+        _ = try await scope.startDaemon(socketPath: socket)
+        return (socket, try await NotifyCenter.connect(configuration: .init(socketPath: socket)))
+    }
+
+    /// A bridge exporting and importing `org.>` between the daemon at `socket` and the bucket `fleet`.
+    private func launchBucketBridge(
+        in scope: IntegrationScope, socket: String, server: NATSServerProcess, hostID: String
+    ) throws -> ChildProcess {
+        try scope.launch(
+            .bridge,
+            ["--socket", socket, "--nats", server.url, "--export", "org.>", "--import", "org.>",
+             "--kv-bucket", "fleet", "--host-id", hostID, "--log-level", "debug"])
+    }
+
     @Test("values cross hosts both ways; a host that starts later gets the current ones; refusals and bad entries are counted; nothing loops")
     func mirrorsStates() async throws {
         try await withIntegrationScope { scope in
-            let store = scope.directory + "/jetstream"
-            let server = try await NATSServerProcess.start(in: scope, arguments: ["-js", "-sd", store])
+            let server = try await jetStreamServer(in: scope)
 
             // Host a: a root bridge; a value set before it starts.
-            let socketA = scope.directory + "/a.sock"
-            _ = try await scope.startDaemon(socketPath: socketA)
-            let centerA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
+            let (socketA, centerA) = try await startHostA(in: scope)
             try await centerA.setState(7, for: "org.example.config")
-            let bridgeA = try scope.launch(
-                .bridge,
-                ["--socket", socketA, "--nats", server.url, "--export", "org.>", "--import", "org.>",
-                 "--kv-bucket", "fleet", "--host-id", "host-a", "--log-level", "debug"])
+            let bridgeA = try launchBucketBridge(in: scope, socket: socketA, server: server, hostID: "host-a")
             defer { bridgeA.send(SIGKILL) }
             try await bridgeA.waitForLine(containing: "mirroring state values and retained notifications")
 
@@ -114,16 +130,10 @@ struct BridgeBucketTests {
     @Test("retained posts cross as retained, once; a host that starts later gets them; a restarted bridge does not post them again")
     func mirrorsRetained() async throws {
         try await withIntegrationScope { scope in
-            let store = scope.directory + "/jetstream"
-            let server = try await NATSServerProcess.start(in: scope, arguments: ["-js", "-sd", store])
-            let socketA = scope.directory + "/a.sock"
-            _ = try await scope.startDaemon(socketPath: socketA)
-            let centerA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
+            let server = try await jetStreamServer(in: scope)
+            let (socketA, centerA) = try await startHostA(in: scope)
             _ = try await centerA.postAndWait("org.example.banner", text: "v1", retain: true)
-            let bridgeA = try scope.launch(
-                .bridge,
-                ["--socket", socketA, "--nats", server.url, "--export", "org.>", "--import", "org.>",
-                 "--kv-bucket", "fleet", "--host-id", "host-a", "--log-level", "debug"])
+            let bridgeA = try launchBucketBridge(in: scope, socket: socketA, server: server, hostID: "host-a")
             defer { bridgeA.send(SIGKILL) }
             try await bridgeA.waitForLine(containing: "bridge ready")
             let nats = try await NATSClient.connected(to: [server.url])
@@ -140,10 +150,7 @@ struct BridgeBucketTests {
             defer { observation.cancel() }
             try await centerB.synchronize()
             func launchBridgeB() throws -> ChildProcess {
-                try scope.launch(
-                    .bridge,
-                    ["--socket", scope.socketPath, "--nats", server.url, "--export", "org.>", "--import", "org.>",
-                     "--kv-bucket", "fleet", "--host-id", "host-b", "--log-level", "debug"])
+                try launchBucketBridge(in: scope, socket: scope.socketPath, server: server, hostID: "host-b")
             }
             var bridgeB = try launchBridgeB()
             defer { bridgeB.send(SIGKILL) }
@@ -202,21 +209,13 @@ struct BridgeBucketTests {
     @Test("a local daemon that restarts under its bridge gets the bucket's values back; plain NATS clients' retained puts each arrive")
     func restoresAfterDaemonRestart() async throws {
         try await withIntegrationScope { scope in
-            let server = try await NATSServerProcess.start(in: scope, arguments: ["-js", "-sd", scope.directory + "/js"])
-            let socketA = scope.directory + "/a.sock"
-            _ = try await scope.startDaemon(socketPath: socketA)
-            let centerA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
-            let bridgeA = try scope.launch(
-                .bridge,
-                ["--socket", socketA, "--nats", server.url, "--export", "org.>", "--import", "org.>",
-                 "--kv-bucket", "fleet", "--host-id", "host-a"])
+            let server = try await jetStreamServer(in: scope)
+            let (socketA, centerA) = try await startHostA(in: scope)
+            let bridgeA = try launchBucketBridge(in: scope, socket: socketA, server: server, hostID: "host-a")
             defer { bridgeA.send(SIGKILL) }
             try await bridgeA.waitForLine(containing: "applied the current entries")
             var daemonB = try await scope.startDaemon()
-            let bridgeB = try scope.launch(
-                .bridge,
-                ["--socket", scope.socketPath, "--nats", server.url, "--export", "org.>", "--import", "org.>",
-                 "--kv-bucket", "fleet", "--host-id", "host-b", "--log-level", "debug"])
+            let bridgeB = try launchBucketBridge(in: scope, socket: scope.socketPath, server: server, hostID: "host-b")
             defer { bridgeB.send(SIGKILL) }
             try await bridgeB.waitForLine(containing: "applied the current entries")
             try await centerA.setState(3, for: "org.example.level")

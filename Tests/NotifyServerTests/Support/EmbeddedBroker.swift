@@ -2,8 +2,8 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import NotifyTestSupport
-import NotifyTestSupport
 import NotifyWire
+import Testing
 
 @testable import NotifyServer
 
@@ -119,6 +119,31 @@ final class EmbeddedPeer {
     /// The stalled client reads everything written so far, and from now on reads as it comes.
     func readWrites() {
         stall?.release()
+    }
+
+    /// The stalled client reads what it was sent, which must be: `WELCOME` and the `OK` of its subscription,
+    /// then the first values (`value` extracts them; they count up from 1, in order, without a gap, fewer than
+    /// `posted`), then the fatal `ERROR slow-consumer` naming `name`. Returns every frame it got.
+    @discardableResult
+    func expectClosedAsSlowConsumer(
+        over name: String, posted: Int, value: (ServerFrame) -> UInt64?,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> [ServerFrame] {
+        readWrites()
+        let frames = try received()
+        #expect(frames.prefix(2).map(\.summary).last == "OK(1)", "WELCOME and the OK first", sourceLocation: sourceLocation)
+        let values = frames.compactMap(value)
+        #expect(
+            values == (0..<UInt64(values.count)).map { $0 + 1 },
+            "what it got, in order and without a gap: \(frames.prefix(4).map(\.summary))", sourceLocation: sourceLocation)
+        #expect(values.count < posted, sourceLocation: sourceLocation)
+        guard case .error(let error) = frames.last else {
+            Issue.record("expected ERROR slow-consumer last, got \(frames.suffix(2).map(\.summary))", sourceLocation: sourceLocation)
+            return frames
+        }
+        #expect(error.code == .slowConsumer && error.closesConnection, sourceLocation: sourceLocation)
+        #expect(error.message.contains("'\(name)'"), "\(error.message)", sourceLocation: sourceLocation)
+        return frames
     }
 }
 
