@@ -291,6 +291,17 @@ class Notifyd(System):
         self.pid = self.proc.pid
 
 
+class NotifydElsewhere(Notifyd):
+    """A second notifyd on its own socket: the hostile scenario's control, attacked while the victim uses the first."""
+
+    def start(self, env_extra: dict | None = None) -> None:
+        self.address = str(self.ctx.tmp / "notifyd-elsewhere.sock")
+        self.proc = spawn([str(self.ctx.notifyd), "--socket", self.address, "--log-level", "warning", "--log", "stderr"],
+                          stdout=subprocess.DEVNULL)
+        wait_for_socket(self.address, self.proc)
+        self.pid = self.proc.pid
+
+
 class NotifydLib(Notifyd):
     """notifyd through libnotifyd, the C library with Darwin's notify(3) API (libnotifyd/), as a C program using it
     would: one connection per process, callbacks on an eventfd queue. Fan-out and round trips only: its one
@@ -866,17 +877,19 @@ def scenario_unthrottled(ctx: Context, systems: list[System], results: dict) -> 
     median."""
     s = ctx.settings
     nd = next((x for x in systems if x.key == "notifyd-c"), None)
+    # The other build (--alt-bin) runs every notifyd configuration too, for before/after comparisons.
+    builds = [x for x in systems if x.key in ("notifyd-c", "notifyd-c-alt")]
     peers = [x for x in systems if x.key in ("relay", "redis")]
     configs = []  # (label key, system, policy or None, throttled)
     for n in s.flood_sizes:
-        if nd is not None:
-            configs.append((n, nd, "direct", True))
+        for build in builds:
+            configs.append((n, build, "direct", True))
             for policy in s.flood_policies:
-                configs.append((n, nd, policy, False))
+                configs.append((n, build, policy, False))
         for peer in peers:
             configs.append((n, peer, None, False))
     runs: dict[tuple, list] = {(n, sys_.key, pol): [] for n, sys_, pol, _ in configs}
-    for system in ([nd] if nd else []) + peers:  # fresh instances: nothing left over from earlier scenarios
+    for system in builds + peers:  # fresh instances: nothing left over from earlier scenarios
         system.restart()
     for rep in range(s.flood_reps):
         for n, system, policy, throttled in configs:
@@ -993,11 +1006,13 @@ def scenario_unthrottled_stopped(ctx: Context, systems: list[System], results: d
 ATTACKER_UID = 65534
 
 
-def run_hostile_rtt(ctx: Context, system: System, attack: str | None) -> dict:
+def run_hostile_rtt(ctx: Context, system: System, attack: str | None, target: System | None = None) -> dict:
     """One round-trip run of a "victim" user (this process's uid) while uid 65534 attacks: `flood` holds a
     SIGSTOPped queue(100000) subscriber and floods its name with 16-byte posts from an unthrottled poster;
-    `quotas` first takes every per-user quota (Benchmarks/quota_attacker.py), then floods likewise."""
+    `quotas` first takes every per-user quota (Benchmarks/quota_attacker.py), then floods likewise. The attack
+    goes to `target` (default: the victim's daemon); another daemon there leaves only the machine's share."""
     attacked = attack is not None
+    target = target or system
     s = ctx.settings
     board = Board(ctx.tmp, 2, "hostile-rtt")
     attack_board = Board(ctx.tmp, 1, "hostile-flood")
@@ -1006,7 +1021,7 @@ def run_hostile_rtt(ctx: Context, system: System, attack: str | None) -> dict:
     try:
         flood = victim = None
         if attack == "quotas":
-            hog = spawn(as_attacker + ["/usr/bin/python3", str(ROOT / "Benchmarks" / "quota_attacker.py"), system.address, "2"])
+            hog = spawn(as_attacker + ["/usr/bin/python3", str(ROOT / "Benchmarks" / "quota_attacker.py"), target.address, "2"])
             procs.append(hog)
             line = hog.stdout.readline() if hog.stdout else b""
             if not line:
@@ -1014,13 +1029,13 @@ def run_hostile_rtt(ctx: Context, system: System, attack: str | None) -> dict:
             quotas_taken = json.loads(line)
         if attacked:
             os.chmod(attack_board.path, 0o666)
-            victim = spawn(as_attacker + system.c_cmd("sub", "--board", str(attack_board.path), "--slot", "0",
+            victim = spawn(as_attacker + target.c_cmd("sub", "--board", str(attack_board.path), "--slot", "0",
                                                       "--slots", "1", "--name", "hostile.flood",
                                                       "--policy", "queue:100000"))
             procs.append(victim)
             attack_board.wait_ready(range(1), [victim])
             os.kill(victim.pid, signal.SIGSTOP)
-            flood = spawn(as_attacker + system.c_cmd("flood", "--board", str(attack_board.path), "--subs", "1",
+            flood = spawn(as_attacker + target.c_cmd("flood", "--board", str(attack_board.path), "--subs", "1",
                                                      "--name", "hostile.flood", "--posts", str(s.hostile_posts),
                                                      "--payload", "16", "--max-seconds", str(s.hostile_seconds + 2),
                                                      "--drain-seconds", "0.1", "--quiet-seconds", "0.1",
@@ -1070,15 +1085,28 @@ def scenario_hostile(ctx: Context, systems: list[System], results: dict) -> None
         return
     log("hostile user: round trips idle, under another uid's slow-subscriber flood, and with every quota taken too")
     os.chmod(ctx.tmp, 0o711)
-    runs_by_mode: dict[str, list] = {"idle": [], "attacked": [], "quotas": []}
+    # "elsewhere" is the control: the same attack on a second daemon, so the victim's daemon does none of its
+    # work and what is left is the machine's share (2 cores: the flood poster and a daemon busy with it).
+    # With --alt-bin, the other build is measured idle and attacked in the same rounds (before/after).
+    alt = next((x for x in systems if x.key == "notifyd-c-alt"), None)
+    modes = [("idle", None), ("attacked", "flood"), ("quotas", "quotas"), ("elsewhere", "flood")]
+    if alt is not None:
+        modes += [("idle_alt", None), ("attacked_alt", "flood")]
+    runs_by_mode: dict[str, list] = {mode: [] for mode, _ in modes}
+    other = NotifydElsewhere(ctx)
     try:
         for rep in range(s.hostile_reps):
-            for mode, attack in (("idle", None), ("attacked", "flood"), ("quotas", "quotas")):
-                system.restart()  # every run on a fresh instance: an attack leaves its quotas behind
+            for mode, attack in modes:
+                victim = alt if mode.endswith("_alt") else system
+                victim.restart()  # every run on a fresh instance: an attack leaves its quotas behind
                 try:
-                    r = run_hostile_rtt(ctx, system, attack)
+                    if mode == "elsewhere":
+                        other.restart()
+                    r = run_hostile_rtt(ctx, victim, attack, other if mode == "elsewhere" else None)
                 except Exception as e:  # noqa: BLE001
                     r = {"error": str(e)[-500:]}
+                finally:
+                    other.stop()
                 runs_by_mode[mode].append(r)
     except Exception as e:  # noqa: BLE001
         results["hostile"] = {"error": str(e)[-500:]}
@@ -1535,10 +1563,15 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
     for mode, what in (("attacked", "another uid's slow subscriber + flood"),
                        ("quotas", "another uid at every quota, plus the flood")):
         under = hostile.get(mode) or {}
+        elsewhere = hostile.get("elsewhere") or {}
         if idle.get("p99_us") and under.get("p99_us"):
+            control = ""
+            if elsewhere.get("p99_us"):
+                control = (f"; the same attack on another daemon (the machine's share alone): p99 "
+                           f"{elsewhere['p99_us']:.0f} µs = {elsewhere['p99_us'] / idle['p99_us']:.1f}× idle")
             add(f"issue 15 · {what}: round-trip p99 under attack / idle", under["p99_us"] / idle["p99_us"], 2.0, "lower",
                 f"p50 {idle['p50_us']:.0f} → {under['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {under['p99_us']:.0f} µs, "
-                f"{under['runs']} + {idle['runs']} runs")
+                f"{under['runs']} + {idle['runs']} runs" + control)
     return targets
 
 
@@ -1879,7 +1912,10 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
         lines.append("| round trips | runs | p50 | p99 | p99.9 | max |")
         lines.append("|---|---|---|---|---|---|")
         for key, title in (("idle", "idle"), ("attacked", "slow subscriber + flood"),
-                           ("quotas", "every quota taken + slow subscriber + flood")):
+                           ("quotas", "every quota taken + slow subscriber + flood"),
+                           ("elsewhere", "control: the same flood on another daemon"),
+                           ("idle_alt", "ALT build (--alt-bin), idle"),
+                           ("attacked_alt", "ALT build, slow subscriber + flood")):
             h = hostile.get(key)
             if not h:
                 continue

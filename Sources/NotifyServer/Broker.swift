@@ -25,6 +25,8 @@ final class Broker {
     var store = StateStore()
     /// Finds new peers' groups and command names off the event loop.
     let identities: PeerIdentityResolver
+    /// Where connections that used up a turn's budget continue, one slice each per poll of the loop.
+    let nextTurn: NextTurnQueue
     let startTime = NIODeadline.now()
     private let allocator = ByteBufferAllocator()
 
@@ -64,6 +66,7 @@ final class Broker {
         self.identities = PeerIdentityResolver(
             eventLoop: eventLoop, pool: identityPool, lookup: configuration.identityLookup)
         self.eventLoop = eventLoop
+        self.nextTurn = NextTurnQueue(eventLoop: eventLoop)
         self.configuration = configuration
         self.instanceID = instanceID
         self.daemonPID = daemonPID

@@ -93,12 +93,13 @@ package final class NotifyServer: Service, Sendable {
         identityPool.start()
         defer { identityPool.shutdownGracefully { _ in } }
         let broker = try await eventLoop.submit { [configuration, instanceID, logger] in
-            NIOLoopBound(
-                Broker(
-                    eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
-                    daemonPID: UInt32(getpid()), logger: logger, identityPool: identityPool),
-                eventLoop: eventLoop)
+            let broker = Broker(
+                eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
+                daemonPID: UInt32(getpid()), logger: logger, identityPool: identityPool)
+            broker.nextTurn.open()
+            return NIOLoopBound(broker, eventLoop: eventLoop)
         }.get()
+        defer { eventLoop.execute { broker.value.nextTurn.stop() } }
 
         self.broker.withLockedValue { $0 = broker }
         let periodic = try await eventLoop.submit {

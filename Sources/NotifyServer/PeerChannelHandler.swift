@@ -56,12 +56,12 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Full-path frames (requests, posts that start a run) one peer has served in one turn of the event loop;
     /// the rest waits for the next turn, after other connections' events: a client that pipelines thousands of
     /// subscriptions cannot hold the loop from everyone else.
-    static let framesPerTurn = 256
+    static let framesPerTurn = 64
     /// Posts continuing a run served in one turn (each costs about a copy of its bytes).
-    static let runPostsPerTurn = 16_384
+    static let runPostsPerTurn = 1_024
     /// Pattern trie nodes the frames of one peer may have matches visit in one turn: posts to names that many
     /// patterns could match cost more than others, and are counted by that cost.
-    static let patternVisitsPerTurn = 65_536
+    static let patternVisitsPerTurn = 8_192
 
     /// Starts a new turn's budget.
     private func startTurn() {
@@ -192,12 +192,13 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         broker.endRun()
     }
 
-    /// Serves the frames left over at the next turn of the event loop, reading nothing new meanwhile.
+    /// Serves the frames left over at the next turn of the event loop, after it has polled for other
+    /// connections' input (see ``NextTurnQueue``), reading nothing new meanwhile.
     private func deferServing() {
         guard !servingDeferred, accumulator.bufferedBytes > 0, let context else { return }
         servingDeferred = true
         context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-        context.eventLoop.assumeIsolated().execute { [self] in
+        broker.nextTurn.enqueue { [self] in
             servingDeferred = false
             startTurn()
             guard let peer, peer.isServing else { return }
