@@ -82,31 +82,40 @@ extension NotifyServer {
                 metadata: ["error": "\(error)", "connections": "\(incoming.clientSockets.count)"])
         }
         var adopted = 0
-        var registrations: [(EventLoopFuture<Channel>, CInt)] = []
+        var sockets: [(descriptor: CInt, origin: PeerChannelHandler.Origin)] = []
         for descriptor in incoming.clientSockets {
             let record = SocketCookie.read(descriptor: descriptor).flatMap { records.removeValue(forKey: $0) }
             if record != nil { adopted += 1 }
-            let origin: PeerChannelHandler.Origin = record.map { .handedOver($0) } ?? .handedOverWithoutRecord
-            let bootstrap = ClientBootstrap(group: group)
-                .channelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
-                .channelOption(ChannelOptions.recvAllocator, value: Self.peerReceiveAllocator)
-                .channelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value, origin: origin))
+            sockets.append((descriptor, record.map { .handedOver($0) } ?? .handedOverWithoutRecord))
+        }
+        // Registered from the loop itself, one after another, so no registration waits for a wake-up of the loop.
+        let group = self.group
+        let logger = self.logger
+        let channels = (try? await eventLoop.flatSubmit { [sockets] () -> EventLoopFuture<[Channel]> in
+            let registrations = sockets.map { socket in
+                ClientBootstrap(group: group)
+                    .channelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
+                    .channelOption(ChannelOptions.recvAllocator, value: Self.peerReceiveAllocator)
+                    .channelInitializer { channel in
+                        channel.eventLoop.makeCompletedFuture {
+                            try channel.pipeline.syncOperations.addHandler(
+                                PeerChannelHandler(broker: broker.value, origin: socket.origin))
+                        }
+                    }
+                    .withConnectedSocket(socket.descriptor)
+            }
+            return EventLoopFuture.whenAllComplete(registrations, on: eventLoop).map { results in
+                zip(results, sockets).compactMap { result, socket in
+                    switch result {
+                    case .success(let channel): return channel
+                    case .failure(let error):
+                        logger.warning("a handed-over socket cannot be served", metadata: ["error": "\(error)"])
+                        close(socket.descriptor)
+                        return nil
                     }
                 }
-            // Registered one after another on the loop, without a round trip each.
-            registrations.append((bootstrap.withConnectedSocket(descriptor), descriptor))
-        }
-        var channels: [Channel] = []
-        for (registration, descriptor) in registrations {
-            do {
-                channels.append(try await registration.get())
-            } catch {
-                logger.warning("a handed-over socket cannot be served", metadata: ["error": "\(error)"])
-                close(descriptor)
             }
-        }
+        }.get()) ?? []
         // Only now does any of them read: a post served earlier would miss the subscriptions of the connections
         // restored after its poster's.
         try? await eventLoop.submit { [channels] in
