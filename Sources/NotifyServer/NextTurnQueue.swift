@@ -11,17 +11,20 @@ import NIOPosix
 /// `EventLoop.execute` does not do this: NIO runs every queued task, those queued by tasks included, before it
 /// polls again, so a connection that defers its leftover frames with `execute` is served to the end of its
 /// backlog while every other connection's input waits in the kernel. Here the queue wakes the loop through a
-/// pipe whose read end is a channel like the clients': its wake-up is one more readable descriptor among theirs,
-/// and the waiting work runs after the loop has served every descriptor that poll found ready: each piece once
-/// per poll, in the order it was queued. Lives on the event loop.
+/// pipe whose read end is a channel like the clients': its wake-up is one more readable descriptor among theirs.
+/// The poll that finds it takes the work queued so far as one batch, which runs after every descriptor of that
+/// poll has been served; work queued after that (by those descriptors, or by the batch) waits for the next poll.
+/// Lives on the event loop.
 final class NextTurnQueue {
     private let eventLoop: EventLoop
+    /// Work queued since the last poll that found the pipe readable.
     private var waiting: [() -> Void] = []
-    private var running: [() -> Void] = []
+    /// The batch that poll took, to run once the loop has served the rest of that poll.
+    private var ready: [() -> Void] = []
     /// The pipe's write end, once its read end is registered with the loop (-1 until then, or without one).
     private var wakeDescriptor: CInt = -1
     private var channel: Channel?
-    /// Whether a wake-up is on its way (a byte in the pipe, or a task when there is no pipe).
+    /// Whether a wake-up is on its way for ``waiting`` (a byte in the pipe, or a task when there is no pipe).
     private var isWaking = false
     private var isClosed = false
 
@@ -39,17 +42,25 @@ final class NextTurnQueue {
     func open() -> EventLoopFuture<Void> {
         eventLoop.preconditionInEventLoop()
         var ends: [CInt] = [-1, -1]
-        guard pipe(&ends) == 0 else { return eventLoop.makeFailedFuture(IOError(errnoCode: errno, reason: "pipe")) }
+        guard let bootstrap = NIOPipeBootstrap(validatingGroup: eventLoop), pipe(&ends) == 0 else {
+            return eventLoop.makeFailedFuture(IOError(errnoCode: errno, reason: "cannot open the next-turn pipe"))
+        }
         let (readEnd, writeEnd) = (ends[0], ends[1])
         for end in ends {
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
             _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
         }
         let queue = NIOLoopBound(self, eventLoop: eventLoop)
-        return NIOPipeBootstrap(group: eventLoop)
-            .channelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 64))
+        // NIO closes the read end itself once the channel exists (a failure in the initializer or the
+        // registration), and hands it back when it could not make one: nothing that can fail comes before the
+        // initializer, so whether it ran tells who closes the read end.
+        let initialized = NIOLoopBoundBox(false, eventLoop: eventLoop)
+        return bootstrap
             .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                initialized.value = true
+                return channel.eventLoop.makeCompletedFuture {
+                    try channel.syncOptions?.setOption(
+                        ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 64))
                     try channel.pipeline.syncOperations.addHandler(WakeHandler(queue: queue.value))
                 }
             }
@@ -65,30 +76,44 @@ final class NextTurnQueue {
                 return .success(())
             }
             .always { result in
-                // Without a registered read end, nothing would read a wake-up (NIO closes the read end itself
-                // after a failed registration).
-                if case .failure = result { close(writeEnd) }
+                guard case .failure = result else { return }
+                close(writeEnd)
+                if !initialized.value { close(readEnd) }
             }
             .nonisolated()
     }
 
     /// Runs `work` at the loop's next turn, after the work queued before it.
     func enqueue(_ work: @escaping () -> Void) {
+        eventLoop.assertInEventLoop()
         waiting.append(work)
         guard !isWaking else { return }
         isWaking = true
         var byte: UInt8 = 1
         // A full pipe (EAGAIN) has a wake-up in it already.
         if wakeDescriptor >= 0, write(wakeDescriptor, &byte, 1) == 1 || errno == EAGAIN { return }
-        eventLoop.assumeIsolated().execute { self.runWaiting() }
+        eventLoop.assumeIsolated().execute { self.wokenWithoutPipe() }
     }
 
-    /// Runs what was queued before this turn; work queued meanwhile waits for the next one.
-    private func runWaiting() {
+    /// A poll found the pipe readable: what waits now is the batch for this turn, run once the loop has served
+    /// the other descriptors of the poll.
+    private func polled() {
         isWaking = false
-        swap(&running, &waiting)
-        for work in running { work() }
-        running.removeAll(keepingCapacity: true)
+        ready += waiting
+        waiting.removeAll(keepingCapacity: true)
+        eventLoop.assumeIsolated().execute { self.runReady() }
+    }
+
+    /// Without a pipe: the task is the turn.
+    private func wokenWithoutPipe() {
+        guard isWaking else { return }  // a poll of the pipe took the batch meanwhile
+        polled()
+    }
+
+    private func runReady() {
+        var batch: [() -> Void] = []
+        swap(&batch, &ready)
+        for work in batch { work() }
     }
 
     /// Closes the pipe (when the server stops); work queued from now on runs as tasks.
@@ -104,10 +129,10 @@ final class NextTurnQueue {
         channel = nil
         if wakeDescriptor >= 0 { close(wakeDescriptor) }
         wakeDescriptor = -1
-        if isWaking { eventLoop.assumeIsolated().execute { self.runWaiting() } }
+        if isWaking { eventLoop.assumeIsolated().execute { self.wokenWithoutPipe() } }
     }
 
-    /// Empties the pipe when it wakes the loop, then runs the queue.
+    /// Empties the pipe when it wakes the loop, then takes the batch.
     private final class WakeHandler: ChannelInboundHandler {
         typealias InboundIn = ByteBuffer
         private let queue: NextTurnQueue
@@ -119,9 +144,7 @@ final class NextTurnQueue {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
 
         func channelReadComplete(context: ChannelHandlerContext) {
-            // As a task: it runs after every other descriptor this poll found ready has been served, not
-            // before those that come after the pipe in the poll's list.
-            context.eventLoop.assumeIsolated().execute { [queue] in queue.runWaiting() }
+            queue.polled()
         }
 
         func channelInactive(context: ChannelHandlerContext) {

@@ -82,11 +82,12 @@ extension NotifyServer {
                 metadata: ["error": "\(error)", "connections": "\(incoming.clientSockets.count)"])
         }
         var adopted = 0
-        var sockets: [(descriptor: CInt, origin: PeerChannelHandler.Origin)] = []
+        var sockets: [(descriptor: CInt, cookie: UInt64?, origin: PeerChannelHandler.Origin)] = []
         for descriptor in incoming.clientSockets {
-            let record = SocketCookie.read(descriptor: descriptor).flatMap { records.removeValue(forKey: $0) }
+            let cookie = SocketCookie.read(descriptor: descriptor)
+            let record = cookie.flatMap { records.removeValue(forKey: $0) }
             if record != nil { adopted += 1 }
-            sockets.append((descriptor, record.map { .handedOver($0) } ?? .handedOverWithoutRecord))
+            sockets.append((descriptor, cookie, record.map { .handedOver($0) } ?? .handedOverWithoutRecord))
         }
         // Registered from the loop itself, one after another, so no registration waits for a wake-up of the loop.
         let group = self.group
@@ -110,7 +111,11 @@ extension NotifyServer {
                     case .success(let channel): return channel
                     case .failure(let error):
                         logger.warning("a handed-over socket cannot be served", metadata: ["error": "\(error)"])
-                        close(socket.descriptor)
+                        // NIO closed it if it made a channel of it. Closed only if the descriptor is still that
+                        // socket: a second close could hit a descriptor another thread has opened since.
+                        if let cookie = socket.cookie, SocketCookie.read(descriptor: socket.descriptor) == cookie {
+                            close(socket.descriptor)
+                        }
                         return nil
                     }
                 }

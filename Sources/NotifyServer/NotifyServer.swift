@@ -96,7 +96,11 @@ package final class NotifyServer: Service, Sendable {
             let broker = Broker(
                 eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
                 daemonPID: UInt32(getpid()), logger: logger, identityPool: identityPool)
-            broker.nextTurn.open()
+            broker.nextTurn.open().whenFailure { error in
+                logger.warning(
+                    "no wake-up pipe: a connection past its turn's budget is served on before others are polled",
+                    metadata: ["error": "\(error)"])
+            }
             return NIOLoopBound(broker, eventLoop: eventLoop)
         }.get()
         defer { eventLoop.execute { broker.value.nextTurn.stop() } }

@@ -126,7 +126,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         readingPausedForIdentity = false
         guard let peer, peer.isServing else { return }
         serveBufferedFrames(peer)
-        if inputClosedPending, !servingDeferred { inputClosed(peer) }
+        closeInputIfPending(peer)
         broker.flushDirtyPeers()
         resumeReadingIfAllowed()
     }
@@ -203,7 +203,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
             startTurn()
             guard let peer, peer.isServing else { return }
             serveBufferedFrames(peer)
-            if inputClosedPending, !servingDeferred { inputClosed(peer) }
+            closeInputIfPending(peer)
             broker.flushDirtyPeers()
             resumeReadingIfAllowed()
         }
@@ -220,7 +220,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? ChannelEvent, event == .inputClosed {
-            if awaitingIdentity || servingDeferred {
+            if awaitingIdentity || servingDeferred || hasFramesWaitingForBackPressure {
                 inputClosedPending = true
             } else if let peer {
                 inputClosed(peer)
@@ -229,6 +229,18 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
             return
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    /// Whole frames wait until the client reads its replies (see ``Peer/isBackPressured``).
+    private var hasFramesWaitingForBackPressure: Bool {
+        peer?.isBackPressured == true && accumulator.bufferedBytes > 0
+    }
+
+    /// Ends the input that closed while frames were still to be served, once they have been.
+    private func closeInputIfPending(_ peer: Peer) {
+        guard inputClosedPending, !servingDeferred, !hasFramesWaitingForBackPressure else { return }
+        inputClosedPending = false
+        inputClosed(peer)
     }
 
     /// The peer finished sending. A partial frame left behind is a protocol violation worth reporting;

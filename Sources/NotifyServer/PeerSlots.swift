@@ -20,7 +20,8 @@ struct PeerSlots {
     private var parkedSlots: [Int] = []
 
     subscript(slot: Int) -> Slot {
-        get { slots[slot] }
+        // Read in place: a copy of the slot would retain its parked route's arrays on every routed post.
+        _read { yield slots[slot] }
         _modify { yield &slots[slot] }
     }
 

@@ -21,6 +21,26 @@ struct EmbeddedPeerTests {
         #expect(try peer.received().map(\.summary) == [ServerFrame.pong(requestID: 7).summary])
     }
 
+    @Test("a client that pipelines requests, stops reading and closes its sending side gets every answer, then EOF")
+    func halfCloseWhileBackPressured() throws {
+        let daemon = EmbeddedBroker { $0.outboundByteLimit = 4_096 }
+        let peer = try daemon.connect("pipeliner", stallWrites: true)
+        // 2,000 PONGs are 18,000 bytes: reading stops with PINGs still to serve, and then the input ends.
+        try peer.send([.hello(ClientFrame.Hello(clientName: "pipeliner"))] + (1...2_000).map { .ping(requestID: $0) })
+        peer.channel.pipeline.syncOperations.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        daemon.run()
+        #expect(peer.isActive, "still answering")
+
+        peer.readWrites()
+        let frames = try peer.received()
+        daemon.run()
+        #expect(frames.first?.summary.hasPrefix("WELCOME") == true)
+        let pongs = frames.dropFirst().map(\.summary)
+        let everyPongInOrder = pongs == (1...2_000).map { ServerFrame.pong(requestID: $0).summary }
+        #expect(everyPongInOrder, "\(pongs.count) frames after WELCOME, ending \(pongs.suffix(2))")
+        #expect(!peer.isActive, "closed once everything was written")
+    }
+
     @Test("a request before HELLO gets one fatal ERROR, then the connection closes and nothing else is served")
     func frameBeforeHello() throws {
         let daemon = EmbeddedBroker()
