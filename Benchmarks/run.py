@@ -280,12 +280,16 @@ class System:
 
 class Notifyd(System):
     key, label, driver, client, server = "notifyd-c", "notifyd (C client)", "notifyd", "c", "notifyd"
+    socket_name = "notifyd.sock"
+
+    def binary(self) -> Path:
+        return self.ctx.notifyd
 
     def start(self, env_extra: dict | None = None) -> None:
-        self.address = str(self.ctx.tmp / "notifyd.sock")
+        self.address = str(self.ctx.tmp / self.socket_name)
         env = dict(os.environ)
         env.update(env_extra or {})
-        self.proc = spawn([str(self.ctx.notifyd), "--socket", self.address, "--log-level", "warning", "--log", "stderr"],
+        self.proc = spawn([str(self.binary()), "--socket", self.address, "--log-level", "warning", "--log", "stderr"],
                           env=env, stdout=subprocess.DEVNULL)
         wait_for_socket(self.address, self.proc)
         self.pid = self.proc.pid
@@ -293,13 +297,7 @@ class Notifyd(System):
 
 class NotifydElsewhere(Notifyd):
     """A second notifyd on its own socket: the hostile scenario's control, attacked while the victim uses the first."""
-
-    def start(self, env_extra: dict | None = None) -> None:
-        self.address = str(self.ctx.tmp / "notifyd-elsewhere.sock")
-        self.proc = spawn([str(self.ctx.notifyd), "--socket", self.address, "--log-level", "warning", "--log", "stderr"],
-                          stdout=subprocess.DEVNULL)
-        wait_for_socket(self.address, self.proc)
-        self.pid = self.proc.pid
+    socket_name = "notifyd-elsewhere.sock"
 
 
 class NotifydLib(Notifyd):
@@ -323,19 +321,14 @@ class NotifydSwift(Notifyd):
 class NotifydAlt(Notifyd):
     """Another build of notifyd (--alt-bin DIR), for before/after comparisons in the same run."""
     key, label, driver, client, server = "notifyd-c-alt", "notifyd ALT (C client)", "notifyd", "c", "notifyd-alt"
+    socket_name = "notifyd-alt.sock"
+
+    def binary(self) -> Path:
+        return self.ctx.alt_bin / "notifyd"
 
     def available(self) -> tuple[bool, str]:
-        path = self.ctx.alt_bin / "notifyd"
+        path = self.binary()
         return (True, "") if path.exists() else (False, f"no {path}")
-
-    def start(self, env_extra: dict | None = None) -> None:
-        self.address = str(self.ctx.tmp / "notifyd-alt.sock")
-        env = dict(os.environ)
-        env.update(env_extra or {})
-        self.proc = spawn([str(self.ctx.alt_bin / "notifyd"), "--socket", self.address, "--log-level", "warning",
-                           "--log", "stderr"], env=env, stdout=subprocess.DEVNULL)
-        wait_for_socket(self.address, self.proc)
-        self.pid = self.proc.pid
 
 
 class NotifydSwiftAlt(NotifydAlt):
@@ -1539,14 +1532,14 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
         add(f"{most['patterns']:,} non-matching patterns: time per post / none",
             ratio(none["delivered_per_s"], most["delivered_per_s"]), 1.5, "lower")
     conns = find(results.get("connections", []), system="notifyd-c")
-    add("daemon RSS per idle connection (bytes)", conns.get("bytes_per_connection") if conns else None, 32 * 1024, "lower")
+    per_connection = conns.get("bytes_per_connection") if conns else None
+    add("daemon RSS per idle connection (bytes)", per_connection, 32 * 1024, "lower")
     add("daemon RSS per subscription (bytes)", conns.get("bytes_per_subscription") if conns else None, 256, "lower")
     redis_conns = find(results.get("connections", []), system="redis")
     add("issue 13 · connect + subscribe + disconnect: notifyd (C client) / Redis",
         ratio(conns and conns.get("churn_per_s"), redis_conns and redis_conns.get("churn_per_s")), 1.0, "higher",
         "" if redis_conns else "Redis not run")
-    add("issue 13 · daemon RSS per idle connection (bytes)", conns.get("bytes_per_connection") if conns else None,
-        12_000, "lower")
+    add("issue 13 · daemon RSS per idle connection (bytes)", per_connection, 12_000, "lower")
     names = {r["system"]: r for r in results.get("names", []) if r.get("delivered_per_s")}
     add("issue 13 · many names: notifyd (C client) / C relay",
         ratio(names.get("notifyd-c", {}).get("delivered_per_s"), names.get("relay", {}).get("delivered_per_s")),

@@ -10,27 +10,31 @@ import Testing
 /// loop from everyone else (issue 15: a batch of 4,096 SUBSCRIBEs stalled other clients ~90 ms).
 @Suite("Fair share of the event loop", .timeLimit(.minutes(2)))
 struct FairnessTests {
+    /// Sends `requests` (request ids 1, 2, … in order) and then `more` in one write, and expects `OK` for each
+    /// request, in order.
+    private static func pipeline(
+        _ requests: [ClientFrame], then more: [ClientFrame] = [], expectingOKFrom client: TestClient
+    ) async throws {
+        var bytes = ByteBuffer()
+        for frame in requests + more { frame.encode(into: &bytes) }
+        try await client.sendBuffer(bytes)
+        for index in 1...requests.count {
+            let frame = try await client.next()
+            guard case .ok(UInt32(index)) = frame else { throw TestFailure("expected OK(\(index)), got \(frame.summary)") }
+        }
+    }
+
     @Test("5,000 pipelined SUBSCRIBEs and a PING: all answered in order, at most framesPerTurn served per turn")
     func pipelinedSubscriptionsAreServedInSlices() async throws {
         try await withServer { server in
             let client = try await server.connectRaw("pipeliner")
             try await client.hello()
             let count = 5_000
-            var frames: [ClientFrame] = (1...count).map { index in
+            let subscribes: [ClientFrame] = (1...count).map { index in
                 .testSubscribe(
                     requestID: UInt32(index), subscriptionID: UInt32(index), name: "org.example.*.label\(index).>")
             }
-            frames.append(.ping(requestID: UInt32(count + 1)))
-            var bytes = ByteBuffer()
-            for frame in frames { frame.encode(into: &bytes) }
-            try await client.sendBuffer(bytes)
-
-            for index in 1...count {
-                let frame = try await client.next()
-                guard case .ok(UInt32(index)) = frame else {
-                    throw TestFailure("expected OK(\(index)), got \(frame.summary)")
-                }
-            }
+            try await Self.pipeline(subscribes, then: [.ping(requestID: UInt32(count + 1))], expectingOKFrom: client)
             guard case .pong(UInt32(count + 1)) = try await client.next() else { throw TestFailure("no PONG last") }
 
             let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "pipeliner" })
@@ -66,15 +70,12 @@ struct FairnessTests {
             // branching at every level: a post to that name visits tens of thousands of trie nodes.
             let subscriber = try await server.connectRaw("patterns")
             try await subscriber.hello()
-            var subscribes = ByteBuffer()
-            for index in 0..<4_096 {
+            let subscribes: [ClientFrame] = (0..<4_096).map { index in
                 let labels = (0..<16).map { (index >> ($0 % 12)) & 1 == 1 ? "*" : "l" }
-                ClientFrame.testSubscribe(
+                return .testSubscribe(
                     requestID: UInt32(index + 1), subscriptionID: UInt32(index + 1), name: labels.joined(separator: "."))
-                    .encode(into: &subscribes)
             }
-            try await subscriber.sendBuffer(subscribes)
-            for _ in 0..<4_096 { guard case .ok = try await subscriber.next() else { throw TestFailure("SUBSCRIBE refused") } }
+            try await Self.pipeline(subscribes, expectingOKFrom: subscriber)
 
             let poster = try await server.connectRaw("poster")
             try await poster.hello()
@@ -107,30 +108,20 @@ struct FairnessTests {
             // 20,000 state values, set by root in one pipelined burst.
             let setter = try await server.connectRaw("setter")
             try await setter.hello()
-            var sets = ByteBuffer()
-            for index in 0..<20_000 {
-                ClientFrame.setState(requestID: UInt32(index + 1), name: "s.\(index)", value: UInt64(index))
-                    .encode(into: &sets)
+            let sets: [ClientFrame] = (0..<20_000).map { index in
+                .setState(requestID: UInt32(index + 1), name: "s.\(index)", value: UInt64(index))
             }
-            try await setter.sendBuffer(sets)
-            for _ in 0..<20_000 { guard case .ok = try await setter.next() else { throw TestFailure("SET_STATE refused") } }
+            try await Self.pipeline(sets, expectingOKFrom: setter)
 
             // 100 state subscriptions to a pattern that matches nothing, each asking for current values: each
             // scans every state name.
             let scanner = try await server.connectRaw("scanner")
             try await scanner.hello()
-            var subscribes = ByteBuffer()
-            for index in 1...100 {
-                ClientFrame.testSubscribe(
-                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "none.>",
-                    flags: [.states, .sendRetained]
-                ).encode(into: &subscribes)
+            let subscribes: [ClientFrame] = (1...100).map { index in
+                .testSubscribe(
+                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "none.>", flags: [.states, .sendRetained])
             }
-            try await scanner.sendBuffer(subscribes)
-            for index in 1...100 {
-                let frame = try await scanner.next()
-                guard case .ok(UInt32(index)) = frame else { throw TestFailure("expected OK(\(index)), got \(frame.summary)") }
-            }
+            try await Self.pipeline(subscribes, expectingOKFrom: scanner)
             let snapshot = try await server.snapshot()
             let entry = try #require(snapshot.clients.first { $0.clientName == "scanner" })
             let perTurn = 2 + PeerChannelHandler.patternVisitsPerTurn / 20_000
