@@ -82,15 +82,22 @@ struct StoreHandover: HandoverSink {
         let snapshots = inherited.filter { $0.name == snapshotName }.map(\.descriptor)
         let rest = inherited.filter { !ours.contains($0.name) }
         guard inherited.count > rest.count else { return (nil, rest) }
+        defer { for descriptor in snapshots { close(descriptor) } }
+        let snapshot: Result<HandoverSnapshot, HandoverError>
+        if snapshots.count == 1, let bytes = SnapshotFile.read(snapshots[0]) {
+            snapshot = IncomingHandover.decode(bytes)
+        } else {
+            logger.error("the file descriptor store holds \(snapshots.count) snapshots; expected one")
+            snapshot = .failure(.malformed("\(snapshots.count) snapshots stored"))
+        }
+        // The snapshot names the connections: room for their sockets is made before they arrive.
+        if let parcel = parcels.first, case .success(let decoded) = snapshot {
+            DescriptorTable.reserve(decoded.peers.count, probingWith: parcel)
+        }
         let (unpacked, failure) = DescriptorParcel.unpack(parcels)
         if let failure { logger.error("\(failure): the connections in it are lost") }
         let clients = unpacked + inherited.filter { $0.name == clientName }.map(\.descriptor)
-        defer { for descriptor in snapshots { close(descriptor) } }
-        guard snapshots.count == 1, let bytes = SnapshotFile.read(snapshots[0]) else {
-            logger.error("the file descriptor store holds \(snapshots.count) snapshots; expected one")
-            return (IncomingHandover(failure: .malformed("\(snapshots.count) snapshots stored"), clientSockets: clients), rest)
-        }
-        return (IncomingHandover(snapshotBytes: bytes, clientSockets: clients, ownsSocketFile: false), rest)
+        return (IncomingHandover(snapshot: snapshot, clientSockets: clients, ownsSocketFile: false), rest)
     }
 
     /// Empties the store once the new process serves everything it held.

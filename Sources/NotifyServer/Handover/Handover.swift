@@ -45,9 +45,19 @@ package struct IncomingHandover: Sendable {
 
     /// Creates a taken-over state from the snapshot's bytes.
     package init(snapshotBytes: [UInt8], clientSockets: [CInt], ownsSocketFile: Bool) {
-        self.snapshot = Result { () throws(HandoverError) in try HandoverSnapshot(decoding: snapshotBytes) }
+        self.init(snapshot: Self.decode(snapshotBytes), clientSockets: clientSockets, ownsSocketFile: ownsSocketFile)
+    }
+
+    /// Creates a taken-over state from a snapshot decoded (or not) already.
+    package init(snapshot: Result<HandoverSnapshot, HandoverError>, clientSockets: [CInt], ownsSocketFile: Bool) {
+        self.snapshot = snapshot
         self.clientSockets = clientSockets
         self.ownsSocketFile = ownsSocketFile
+    }
+
+    /// The snapshot in `bytes`, or why it cannot be read.
+    package static func decode(_ bytes: [UInt8]) -> Result<HandoverSnapshot, HandoverError> {
+        Result { () throws(HandoverError) in try HandoverSnapshot(decoding: bytes) }
     }
 
     /// Creates one whose snapshot could not be read.

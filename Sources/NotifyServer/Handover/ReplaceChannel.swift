@@ -67,6 +67,7 @@ package enum ReplaceChannel {
         var clients: [CInt] = []
         do throws(Failure) {
             let (snapshot, _) = try stream.read(count: snapshotLength)
+            DescriptorTable.reserve(clientCount, probingWith: listener)
             while true {
                 let (tag, passed) = try stream.read(count: 1)
                 clients += passed
