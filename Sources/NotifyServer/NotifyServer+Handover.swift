@@ -34,12 +34,14 @@ extension NotifyServer {
             var handedOver: [(PeerChannelHandler, CInt)] = []
             var notHandedOver: [PeerChannelHandler] = []
             for handler in handlers {
-                guard let record = handler.handoverRecord() else {
+                // The socket first: a connection's record, once taken, leaves its subscriptions to the successor.
+                guard let descriptor = descriptors[handler.cookie] else {
+                    logger.warning(
+                        "no socket found for a connection; it is closed", metadata: ["cookie": "\(handler.cookie)"])
                     notHandedOver.append(handler)
                     continue
                 }
-                guard let descriptor = descriptors[record.cookie] else {
-                    logger.warning("no socket found for a connection; it is closed", metadata: ["connection": "\(record.number)"])
+                guard let record = handler.handoverRecord() else {
                     notHandedOver.append(handler)
                     continue
                 }

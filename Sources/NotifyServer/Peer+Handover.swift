@@ -6,6 +6,7 @@ extension Peer {
     func handoverRecord(cookie: UInt64, unwrittenInChannel: Int, inbound: [UInt8]) -> HandoverSnapshot.PeerRecord {
         let (owed, held) = queue.owedBytesForHandover(unwrittenInChannel: unwrittenInChannel)
         broker.stoppedHolding(self)
+        isHandedOver = true
         let recordPhase: HandoverSnapshot.Phase =
             switch phase {
             case .awaitingHello: .awaitingHello

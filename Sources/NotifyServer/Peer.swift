@@ -49,6 +49,8 @@ final class Peer {
     var handler: PeerChannelHandler? { isClosed ? nil : transport as? PeerChannelHandler }
     private var isClosed: Bool { phase == .closed }
     private(set) var phase = Phase.awaitingHello
+    /// Its record went to a successor, which now holds its subscriptions and charges (``handoverRecord``).
+    var isHandedOver = false
     var queue: DeliveryQueue
     var subscriptions = SubscriptionTable()
     /// Its subscriptions with the states flag, listed in the broker's ``Broker/stateWatchers``; their ids are unique
@@ -86,9 +88,7 @@ final class Peer {
         self.queue = DeliveryQueue(limit: broker.configuration.outboundByteLimit, account: account)
         self.logger = broker.logger
         (number, slot) = broker.register(self)
-        logger[metadataKey: "connection"] = "\(number)"
-        logger[metadataKey: "pid"] = "\(credentials.pid)"
-        logger[metadataKey: "uid"] = "\(credentials.uid)"
+        Self.describe(&logger, number: number, credentials: credentials)
         logger.debug("connection opened")
         if let denial = account.chargeConnection() {
             logger.warning(
@@ -113,24 +113,34 @@ final class Peer {
         self.logger = broker.logger
         self.command = record.command
         (number, slot) = broker.register(self, restoredNumber: record.number)
-        logger[metadataKey: "connection"] = "\(number)"
-        logger[metadataKey: "pid"] = "\(credentials.pid)"
-        logger[metadataKey: "uid"] = "\(credentials.uid)"
+        Self.describe(
+            &logger, number: number, credentials: credentials,
+            clientName: record.phase == .awaitingHello ? nil : record.clientName)
         account.chargeRestored(connections: 1)
         switch record.phase {
         case .awaitingHello: phase = .awaitingHello
-        case .open, .closing: opened(clientName: record.clientName, flags: record.helloFlags)
+        case .open, .closing: opened(clientName: record.clientName, flags: record.helloFlags, describing: false)
         }
         for subscription in record.subscriptions {
-            // The snapshot's decoder checked every pattern against the grammar.
-            guard let pattern = try? NotificationPattern(subscription.pattern) else { continue }
+            // The snapshot's decoder checked every pattern against the grammar; one without `*` or `>` anywhere
+            // is an exact name, which need not be parsed again.
             let watchesStates = subscription.watchesStates
-            let labels =
-                pattern.hasWildcards && (watchesStates ? stateSubscriptions : subscriptions).isNewPattern(pattern)
-                ? PatternTrie.cost(of: pattern) : 0
+            let entry: SubscriptionTable.Subscription
+            var labels = 0
+            if NotificationPattern.mayHaveWildcards(subscription.pattern) {
+                guard let pattern = try? NotificationPattern(subscription.pattern) else { continue }
+                if pattern.hasWildcards {
+                    if (watchesStates ? stateSubscriptions : subscriptions).isNewPattern(pattern) {
+                        labels = PatternTrie.cost(of: pattern)
+                    }
+                    entry = .pattern(pattern, subscription.policy)
+                } else {
+                    entry = .exact(pattern.text, subscription.policy)
+                }
+            } else {
+                entry = .exact(subscription.pattern, subscription.policy)
+            }
             account.chargeRestored(subscriptions: 1, patternLabels: labels)
-            let entry: SubscriptionTable.Subscription =
-                pattern.hasWildcards ? .pattern(pattern, subscription.policy) : .exact(pattern.text, subscription.policy)
             if watchesStates {
                 stateSubscriptions.add(subscription.id, entry, peer: self, index: broker.stateWatchers)
             } else {
@@ -162,11 +172,24 @@ final class Peer {
     }
 
     /// The handshake: `HELLO` accepted with this client name and these flags.
-    func opened(clientName name: String, flags: UInt32) {
+    func opened(clientName name: String, flags: UInt32, describing: Bool = true) {
         phase = .open
         clientName = name
         helloFlags = flags
-        logger[metadataKey: "client"] = "\(clientName)"
+        if describing { logger[metadataKey: "client"] = "\(clientName)" }
+    }
+
+    /// Puts the connection's number, credentials (and client name) in the metadata of its log events, in one
+    /// assignment: the stream handler formats its metadata anew on each change.
+    private static func describe(
+        _ logger: inout Logger, number: UInt64, credentials: SenderCredentials, clientName: String? = nil
+    ) {
+        var metadata = logger.handler.metadata
+        metadata["connection"] = "\(number)"
+        metadata["pid"] = "\(credentials.pid)"
+        metadata["uid"] = "\(credentials.uid)"
+        if let clientName { metadata["client"] = "\(clientName)" }
+        logger.handler.metadata = metadata
     }
 
     // MARK: Output
@@ -286,6 +309,12 @@ final class Peer {
     func closed() {
         guard phase != .closed else { return }
         phase = .closed
+        // The successor serves it on: this process, about to exit, leaves its tables as they are rather than
+        // take each subscription out of them (the larger part of a hand-over's capture).
+        if isHandedOver {
+            broker.unregister(self)
+            return
+        }
         broker.statistics.connectionsClosed += 1
         let released = subscriptions.removeAll(peer: self, from: broker.index)
         account.releaseSubscriptions(released.subscriptions, patternLabels: released.patternLabels)

@@ -27,6 +27,13 @@ package struct NotificationPattern: Sendable, Hashable, CustomStringConvertible 
     ///
     /// - Throws: ``NameError`` if it breaks the grammar.
     package init(_ text: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
+        if !Self.mayHaveWildcards(text) {
+            // A name: the grammar checks it as it is.
+            try NotificationName.validate(text, maxLength: maxLength)
+            self.text = text
+            self.labels = Self.labels(of: text).map { .literal($0) }
+            return
+        }
         // Wildcard labels are replaced by a placeholder label so the name grammar checks everything else.
         var placeholderName = ""
         var labels: [Label] = []
@@ -93,6 +100,11 @@ package struct NotificationPattern: Sendable, Hashable, CustomStringConvertible 
 
     /// The labels of a name or pattern: split at every `.` scalar, as the name grammar and the daemon's pattern
     /// index do (a `Character` split would keep a `.` followed by a combining mark inside a label).
+    /// Whether `text` holds a `*` or `>` anywhere (a valid name holds neither).
+    package static func mayHaveWildcards(_ text: String) -> Bool {
+        text.utf8.contains { $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: ">") }
+    }
+
     static func labels(of text: String) -> [Substring] {
         text.unicodeScalars.split(separator: ".", omittingEmptySubsequences: false).map { Substring($0) }
     }

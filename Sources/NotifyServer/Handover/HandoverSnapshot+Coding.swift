@@ -47,7 +47,15 @@ extension HandoverSnapshot {
 
     /// The snapshot as bytes.
     package func encoded() -> [UInt8] {
+        // One buffer, sized up front: the header, the body after it (its length filled in at the end), the
+        // checksum. Grown by doubling instead, a snapshot owing megabytes to stopped clients was copied and
+        // faulted in several times over.
         var body = SnapshotWriter()
+        body.bytes.reserveCapacity(estimatedLength)
+        body.raw(Self.magic)
+        body.u16(Self.formatVersion)
+        body.u16(0)
+        body.u64(0)
         body.u64(instanceID.high)
         body.u64(instanceID.low)
         body.u64(lastSequence)
@@ -108,14 +116,27 @@ extension HandoverSnapshot {
             body.bytes(peer.held)
             body.bytes(peer.inbound)
         }
-        var out = SnapshotWriter()
-        out.raw(Self.magic)
-        out.u16(Self.formatVersion)
-        out.u16(0)
-        out.u64(UInt64(body.bytes.count))
-        out.raw(body.bytes)
-        out.u64(fnv1a(body.bytes[...]))
-        return out.bytes
+        let bodyLength = UInt64(body.bytes.count - Self.headerLength)
+        withUnsafeBytes(of: bodyLength.bigEndian) { length in
+            body.bytes.replaceSubrange((Self.headerLength - 8)..<Self.headerLength, with: length)
+        }
+        body.u64(fnv1a(body.bytes[Self.headerLength...]))
+        return body.bytes
+    }
+
+    /// About how many bytes ``encoded()`` takes (a little more, so the buffer is not grown on the way).
+    private var estimatedLength: Int {
+        var length = Self.headerLength + 8 + 128
+        for state in states { length += 2 + state.name.utf8.count + 12 }
+        for entry in retained {
+            length += 128 + entry.name.utf8.count + entry.payload.count + (entry.origin?.host.utf8.count ?? 0)
+        }
+        for peer in peers {
+            length += 128 + 4 * peer.groups.count + (peer.command?.utf8.count ?? 0) + peer.clientName.utf8.count
+            length += peer.outbound.count + peer.held.count + peer.inbound.count
+            for subscription in peer.subscriptions { length += 12 + subscription.pattern.utf8.count }
+        }
+        return length
     }
 
     /// Reads a snapshot, checking every field: names and patterns against the grammar, policies, counts against
@@ -254,9 +275,9 @@ struct SnapshotWriter {
     mutating func u64(_ value: UInt64) { withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) } }
     /// A string: u16 length + UTF-8 (names, patterns and client names are all shorter than 64 KiB).
     mutating func string(_ value: String) {
-        let utf8 = Array(value.utf8.prefix(Int(UInt16.max)))
+        let utf8 = value.utf8.prefix(Int(UInt16.max))
         u16(UInt16(utf8.count))
-        raw(utf8)
+        bytes.append(contentsOf: utf8)
     }
     /// Bytes: u32 length + bytes.
     mutating func bytes(_ value: [UInt8]) {
@@ -341,7 +362,11 @@ struct SnapshotReader {
     mutating func pattern() throws(HandoverError) -> String {
         let text = try string()
         do {
-            _ = try NotificationPattern(text)
+            if NotificationPattern.mayHaveWildcards(text) {
+                _ = try NotificationPattern(text)
+            } else {
+                try NotificationName.validate(text)
+            }
         } catch {
             throw .malformed(error.description)
         }
