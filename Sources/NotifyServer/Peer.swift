@@ -19,8 +19,6 @@ protocol PeerTransport: AnyObject {
     func flushAtNextTick(_ flush: @escaping () -> Void)
     /// Closes the connection at the next tick, discarding anything not yet written.
     func close()
-    /// Runs `body` on the event loop after `delay`.
-    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void)
 }
 
 /// One connected client as the daemon's protocol sees it: its identity, its handshake and lifecycle, its
@@ -253,16 +251,15 @@ final class Peer {
     }
 
     /// Discards what is unflushed and held, queues `ERROR slow-consumer` with `message` and closes once it is
-    /// written, or after the grace period.
+    /// written. A client that stops reading before that keeps its connection, and the bytes still owed to it stay
+    /// charged to its user, until it reads that far or goes away: however late it resumes, it learns why it lost
+    /// its notifications (closed after a timer instead, a stopped client got a bare end of file).
     func closeAsSlowConsumer(_ message: String) {
         queue.discard()
         broker.stoppedHolding(self)
         _ = queue.append(
             .error(ErrorFrame(requestID: ProtocolConstants.noRequest, code: .slowConsumer, message: message)))
         closeAfterFlushing()
-        // A peer that never reads again would keep the connection open forever: close it after a grace period.
-        let grace = TimeAmount.nanoseconds(Int64(broker.configuration.slowConsumerGraceSeconds * 1e9))
-        transport.schedule(in: grace) { [self] in forceClose() }
     }
 
     /// Writes and flushes everything queued since the last flush (the broker calls it once per read burst).
@@ -350,7 +347,7 @@ final class Peer {
     /// The range of `GOODBYE.reconnect_after_ms` values, in milliseconds (PROTOCOL.md § 7).
     static let goodbyeReconnectDelays: ClosedRange<UInt32> = 250...1_000
 
-    /// Closes at once, discarding what is queued (when the shutdown deadline or a slow consumer's grace passed).
+    /// Closes at once, discarding what is queued (when the shutdown deadline passed).
     func forceClose() {
         guard phase != .closed else { return }
         transport.close()

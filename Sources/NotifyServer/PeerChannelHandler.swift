@@ -376,8 +376,4 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         // asserts that the channel is still registered).
         context.eventLoop.assumeIsolated().execute { context.close(promise: nil) }
     }
-
-    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) {
-        context?.eventLoop.assumeIsolated().scheduleTask(in: delay) { body() }
-    }
 }

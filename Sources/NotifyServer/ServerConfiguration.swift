@@ -19,9 +19,6 @@ package struct ServerConfiguration: Sendable {
     package var shutdownDeadlineSeconds: Double
     /// Reserved name prefixes and per-user quotas.
     package var access: AccessConfiguration
-    /// How long a connection closed by the `disconnect` policy may take to read its last bytes (including the
-    /// `ERROR slow-consumer` frame) before it is closed regardless.
-    package var slowConsumerGraceSeconds: Double
     /// How a new client's groups and command name are found (off the event loop).
     package var identityLookup: PeerIdentityLookup
     /// Where to serve metrics (Prometheus text, written on connection, then closed), if anywhere.
@@ -38,12 +35,10 @@ package struct ServerConfiguration: Sendable {
         serverName: String = "notifyd \(NotifyServer.version)",
         shutdownDeadlineSeconds: Double = 5,
         access: AccessConfiguration = AccessConfiguration(),
-        slowConsumerGraceSeconds: Double = 10,
         identityLookup: PeerIdentityLookup = .system
     ) {
         self.identityLookup = identityLookup
         self.access = access
-        self.slowConsumerGraceSeconds = slowConsumerGraceSeconds
         self.listenAddress = listenAddress
         self.socketMode = socketMode
         self.limits = limits

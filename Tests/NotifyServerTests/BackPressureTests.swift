@@ -205,11 +205,7 @@ struct BackPressureTests {
     @Test("A stalled subscriber with the disconnect policy gets the bytes in flight, then ERROR slow-consumer, then EOF")
     func stalledSubscriberDisconnect() async throws {
         let (limit, total) = (Self.limit, Self.total)
-        try await withServer({
-            $0.outboundByteLimit = limit
-            // Long enough that the stalled client reads its last bytes before the daemon gives up on it.
-            $0.slowConsumerGraceSeconds = 120
-        }) { server in
+        try await withServer({ $0.outboundByteLimit = limit }) { server in
             let (stalled, _, _) = try await Self.flood(server, stalledPolicy: .disconnect, stalledSubscription: 7)
 
             let snapshot = try await server.snapshot()

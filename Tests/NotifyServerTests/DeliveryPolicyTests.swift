@@ -281,10 +281,7 @@ struct DeliveryPolicyTests {
     @Test("disconnect under a stalled reader: ERROR slow-consumer naming the subscription, after the frames already written, then the close")
     func disconnectStalled() async throws {
         let limit = 64 * 1_024
-        try await withServer(everyUser: true, {
-            $0.outboundByteLimit = limit
-            $0.slowConsumerGraceSeconds = 30
-        }) { server in
+        try await withServer(everyUser: true, { $0.outboundByteLimit = limit }) { server in
             let stalled = try await server.connect("stalled", as: .alice, receiveBufferSize: 4_096)
             try await stalled.subscribe("org.strict.>", id: 1)
             try await stalled.subscribe("org.strict.x", id: 3, policy: .disconnect)
@@ -354,35 +351,6 @@ extension DeliveryPolicyTests {
                 }
             }
             #expect(merged == 0 && dropped == 0, "a reading subscriber lost \(merged) merged and \(dropped) dropped of \(total)")
-        }
-    }
-}
-
-extension DeliveryPolicyTests {
-    @Test("disconnect: a client that never reads its last bytes is closed after the grace period")
-    func disconnectGracePeriod() async throws {
-        let limit = 64 * 1_024
-        try await withServer(everyUser: true, {
-            $0.outboundByteLimit = limit
-            $0.slowConsumerGraceSeconds = 0.5
-        }) { server in
-            let stalled = try await server.connect("stalled", as: .alice, receiveBufferSize: 4_096)
-            try await stalled.subscribe("org.strict.x", id: 1, policy: .disconnect)
-            try await stalled.setReading(false)
-            let reader = try await server.connect("reader", as: .bob)
-            try await reader.subscribe("org.strict.x", id: 1)
-            let poster = try await server.connect("poster")
-            try await Self.flood(server: server, poster: poster, reader: reader, names: ["org.strict.x"], total: 1_000)
-            #expect(try await server.status().slowConsumerDisconnects == 1)
-            // It never reads: the daemon closes it anyway once the grace period is over.
-            try await server.waitForStatus("the stalled connection closed after its grace period") { $0.connections == 2 }
-            try await stalled.setReading(true)
-            let (frames, _) = try await stalled.framesUntilEnd()
-            let unexpected = frames.filter { frame in
-                if case .error(let error) = frame { return error.code != .slowConsumer }
-                return frame.anyNotification == nil
-            }
-            #expect(unexpected.isEmpty, "only notifications and the slow-consumer ERROR: \(unexpected.map(\.summary))")
         }
     }
 }

@@ -144,4 +144,28 @@ struct EmbeddedPeerTests {
         }
         #expect(pongs.elementsEqual(1...UInt32(pings)), "every PING answered in order once it read: \(pongs.count) PONGs")
     }
+
+    @Test("a disconnect subscriber that stops reading for an hour still gets ERROR slow-consumer, then EOF, when it reads")
+    func stoppedSlowConsumerLearnsWhy() throws {
+        let daemon = EmbeddedBroker { $0.outboundByteLimit = 4_096 }
+        let stalled = try daemon.connect("stopped", stallWrites: true)
+        try stalled.send(
+            .hello(ClientFrame.Hello(clientName: "stopped")),
+            .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.example.tick", policy: .disconnect))
+        let poster = try daemon.connect("poster")
+        try poster.hello()
+        try poster.send(
+            (1...200).map { .post(ClientFrame.Post(requestID: 0, name: "org.example.tick", payload: ByteBuffer(integer: UInt64($0)))) })
+        daemon.run()
+        #expect(daemon.broker.statistics.slowConsumerDisconnects == 1)
+
+        // The client is stopped (SIGSTOP) far longer than any timer: the daemon keeps the reason for it.
+        daemon.loop.advanceTime(by: .hours(1))
+        #expect(stalled.isActive, "the connection waits for the client to read the ERROR")
+        try stalled.expectClosedAsSlowConsumer(over: "org.example.tick", posted: 200) {
+            $0.notification.flatMap { $0.payload.getInteger(at: $0.payload.readerIndex, as: UInt64.self) }
+        }
+        daemon.run()
+        #expect(!stalled.isActive, "closed once the ERROR was written")
+    }
 }

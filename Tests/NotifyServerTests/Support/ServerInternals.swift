@@ -36,7 +36,6 @@ final class NullTransport: PeerTransport, Sendable {
     var isCompletingOwnRead: Bool { false }
     func flushAtNextTick(_ flush: @escaping () -> Void) {}
     func close() {}
-    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) {}
 }
 
 /// `count` peers of a broker on an embedded event loop, which never see a channel.
