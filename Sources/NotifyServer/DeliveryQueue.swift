@@ -26,7 +26,7 @@ struct DeliveryQueue {
         var startedHolding = false
     }
 
-    private(set) var outbound = OutboundQueue(allocator: ByteBufferAllocator())
+    private(set) var outbound: OutboundQueue
     private var held: HeldNotifications?
     /// Notifications a predecessor daemon held while the peer was suspended, as frames: released before anything
     /// held here, once the peer resumes.
@@ -49,7 +49,9 @@ struct DeliveryQueue {
 
     init(limit: Int, account: UserAccount) {
         self.limit = limit
-        self.eagerFlushBytes = min(64 * 1024, max(limit / 4, 4 * 1024))
+        self.eagerFlushBytes = min(256 * 1024, max(limit / 4, 4 * 1024))
+        // A batch ends past the eager threshold by at most a run or a frame.
+        self.outbound = OutboundQueue(allocator: ByteBufferAllocator(), batchCapacityLimit: eagerFlushBytes + 32 * 1024)
         self.charge = OutboundCharge(account: account)
     }
 
@@ -75,9 +77,15 @@ struct DeliveryQueue {
         }
         outbound.append(encoded)
         syncCharge()
-        // One read burst can carry more posts than the bound holds: hand batches to the socket as the burst
-        // goes, so a subscriber that keeps reading is not treated as slow.
-        return outbound.buffer.readableBytes >= eagerFlushBytes
+        return shouldFlushEarly
+    }
+
+    /// Whether enough is queued to hand it to the socket before the read burst ends. One burst can carry more
+    /// posts than the bound holds: batches go as the burst goes, so a subscriber that keeps reading is not
+    /// treated as slow. Up to 256 KiB a batch: with large notifications, smaller batches cost a write (and a
+    /// trip through the channel) every few frames.
+    private var shouldFlushEarly: Bool {
+        outbound.buffer.readableBytes >= eagerFlushBytes
     }
 
     /// Queues one notification, or holds it under `policy` when the peer cannot take it now.
@@ -240,7 +248,7 @@ struct DeliveryQueue {
         guard outbound.pendingBytes + size <= limit, size <= quotaRoom else { return nil }
         outbound.append(frame)
         syncCharge()
-        return outbound.buffer.readableBytes >= eagerFlushBytes
+        return shouldFlushEarly
     }
 
     /// Queues a reply without checking the bound (retained notifications before the `OK` that closes them).

@@ -22,8 +22,16 @@ struct OutboundQueue {
     var oldestUnfinishedSince: NIODeadline? { unfinishedBatches.first?.since }
     private let allocator: ByteBufferAllocator
 
-    init(allocator: ByteBufferAllocator) {
+    /// The most storage a batch is given up front.
+    private let batchCapacityLimit: Int
+    /// The storage the next batch is given when its first frame arrives: the size of the last batch, so a busy
+    /// connection's batches are not grown (copied) frame by frame, and an idle one holds none.
+    private var nextBatchCapacity = 256
+
+    /// - Parameter batchCapacityLimit: the most storage a batch is given up front (about the largest batch).
+    init(allocator: ByteBufferAllocator, batchCapacityLimit: Int = 65_536) {
         self.allocator = allocator
+        self.batchCapacityLimit = batchCapacityLimit
         self.buffer = allocator.buffer(capacity: 0)
     }
 
@@ -31,10 +39,12 @@ struct OutboundQueue {
     var hasUnflushedBytes: Bool { buffer.readableBytes > 0 }
 
     mutating func append(_ frame: ByteBuffer) {
+        if buffer.capacity == 0 { buffer.reserveCapacity(max(nextBatchCapacity, frame.readableBytes)) }
         buffer.writeImmutableBuffer(frame)
     }
 
     mutating func append(_ frame: ServerFrame) {
+        if buffer.capacity == 0 { buffer.reserveCapacity(nextBatchCapacity) }
         frame.encode(into: &buffer)
     }
 
@@ -48,11 +58,12 @@ struct OutboundQueue {
         let bytes = buffer
         inFlightBytes += bytes.readableBytes
         // The batch belongs to the channel until it is written; the next one starts in the spare storage, or
-        // in fresh storage sized like this one.
+        // in storage sized like this one once its first frame comes.
         if let spare = spare.take() {
             buffer = spare
         } else {
-            buffer = allocator.buffer(capacity: min(max(bytes.readableBytes, 256), 65_536))
+            buffer = allocator.buffer(capacity: 0)
+            nextBatchCapacity = min(max(bytes.readableBytes, 256), batchCapacityLimit)
         }
         return bytes
     }
