@@ -87,6 +87,7 @@ package final class NotifyServer: Service, Sendable {
         guard problems.isEmpty else {
             throw ServerError.invalidConfiguration(problems.joined(separator: "; "))
         }
+        fixAllocatorThresholds()
         let eventLoop = group.next()
         // NSS and /proc lookups for new connections (they may block) run here, never on the event loop.
         let identityPool = NIOThreadPool(numberOfThreads: 2)
@@ -339,7 +340,21 @@ package enum ServerError: Error, CustomStringConvertible {
 /// glibc's `malloc_trim(3)` (declared in `<malloc.h>`, which the Glibc module does not bring in).
 @_silgen_name("malloc_trim")
 private func malloc_trim(_ pad: Int) -> Int32
+
+/// glibc's `mallopt(3)` (`<malloc.h>` too).
+@_silgen_name("mallopt")
+private func mallopt(_ parameter: Int32, _ value: Int32) -> Int32
 #endif
+
+/// Fixes glibc's thresholds at 2 MiB. Left dynamic, the trim threshold rose to 16 MiB once an 8 MiB buffer was
+/// freed, and neither free() nor malloc_trim() hands back a thread arena's free top below it (up to 15 MB after
+/// the soak); the mmap threshold is set too so that batches and receive buffers (up to 1 MiB) stay in the heap.
+private func fixAllocatorThresholds() {
+    #if canImport(Glibc)
+    _ = mallopt(-3, 2 << 20)  // M_MMAP_THRESHOLD
+    _ = mallopt(-1, 2 << 20)  // M_TRIM_THRESHOLD
+    #endif
+}
 
 /// Hands the allocator's free pages back to the system (glibc keeps them otherwise, so a daemon's resident memory
 /// would stay at its high-water mark after the clients that needed it left).
