@@ -2378,6 +2378,14 @@ def smoke_failures(data: dict) -> list[str]:
             failures.append(f"{who}: the end marker did not reach every subscriber")
         elif r.get("system") == "notifyd-c" and r.get("unaccounted_median"):
             failures.append(f"{who}: {r['unaccounted_median']} notifications neither delivered nor reported merged/dropped")
+    # The hostile scenario: every round trip of the victim completed, idle, attacked and with every quota taken
+    # (a daemon that a hostile user stalls leaves the victim's runs unfinished, which fails here).
+    hostile = res.get("hostile") or {}
+    if hostile.get("error"):
+        failures.append(f"hostile: {hostile['error'][:300]}")
+    for mode, entry in hostile.items():
+        if isinstance(entry, dict) and "runs" in entry and (entry.get("failed_runs") or not entry.get("runs")):
+            failures.append(f"hostile {mode}: {entry.get('failed_runs')} runs failed: {(entry.get('errors') or [''])[0][:300]}")
     for h in res.get("unthrottled_held", []):
         if h.get("error") or h.get("failed_runs"):
             failures.append(f"held path {h['policy']}: {str(h.get('error', 'a run failed'))[:300]}")

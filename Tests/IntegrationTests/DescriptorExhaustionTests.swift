@@ -96,6 +96,33 @@ extension Integration {
                 #expect((1...3).contains(reports.count), "\(reports.count) reports\n\(child.diagnostics)")
             }
         }
+
+        /// The soft and hard limits on open files in `/proc/PID/limits`.
+        private static func openFileLimits(of pid: Int32) throws -> (soft: String, hard: String) {
+            let text = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
+            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("Max open files") }, "\(text)")
+            let fields = line.dropFirst("Max open files".count).split(separator: " ")
+            try #require(fields.count >= 2, "\(line)")
+            return (String(fields[0]), String(fields[1]))
+        }
+
+        @Test("started with a soft open-file limit below the hard one, the daemon raises it to the hard one")
+        func raisesSoftLimit() async throws {
+            var limit = rlimit()
+            #expect(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0)
+            try #require(limit.rlim_max > 256, "the hard limit \(limit.rlim_max) leaves no room to test")
+            try await withIntegrationScope { scope in
+                let child = try scope.launch(
+                    .notifyd, ["--socket", scope.socketPath, "--log-level", "info"], after: "ulimit -S -n 256")
+                _ = try await poll("notifyd to accept connections", timeout: 20) { () throws -> Bool? in
+                    if let termination = child.termination { throw TestFailure("notifyd \(termination)\n\(child.diagnostics)") }
+                    return UnixSocket.acceptsConnections(at: scope.socketPath) ? true : nil
+                }
+                let limits = try Self.openFileLimits(of: child.pid)
+                #expect(limits.soft == limits.hard, "notifyd runs with \(limits.soft) of \(limits.hard) descriptors")
+                #expect(limits.soft != "256")
+            }
+        }
     }
 }
 
