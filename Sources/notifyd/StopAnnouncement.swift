@@ -9,12 +9,21 @@ import NotifySystemd
 /// --announce-stop` runs before the signal, as root and outside the sandbox, asks the manager on its own socket
 /// (`/run/systemd/private`: no D-Bus daemon needed, which a `DynamicUser=` service often cannot reach) which job
 /// is running, and leaves the answer next to the socket, in `SOCKET.restart`: the daemon's pid and the store's
-/// size. The daemon reads it when the signal comes; a file naming another pid is an old one and means nothing.
+/// size for a restart, the pid and `stop` otherwise. The daemon reads it when the signal comes; a file naming
+/// another pid is an old one and means nothing.
 enum StopAnnouncement {
+    /// What the file says about this process's stop.
+    enum Answer: Equatable {
+        /// A restart job, with the unit's `FileDescriptorStoreMax=`.
+        case restart(storeMax: UInt32)
+        /// Any other job: the daemon says `GOODBYE`.
+        case stop
+    }
+
     static func path(socketPath: String) -> String { socketPath + ".restart" }
 
-    /// What `--announce-stop` does: writes the file for a restart job, removes it otherwise. Never fails the
-    /// stop: problems are printed and the daemon then says GOODBYE as on a stop.
+    /// What `--announce-stop` does: writes the file, with the store's size for a restart job and `stop` for any
+    /// other. Never fails the stop: problems are printed, the file is left out, and the daemon asks on the bus.
     static func announce(socketPath: String, environment: [String: String]) {
         let file = path(socketPath: socketPath)
         unlink(file)
@@ -32,8 +41,7 @@ enum StopAnnouncement {
             printError("notifyd --announce-stop: \(error.description)")
             return
         }
-        guard job.isRestart else { return }
-        let text = "\(mainPID) \(job.fileDescriptorStoreMax)\n"
+        let text = job.isRestart ? "\(mainPID) \(job.fileDescriptorStoreMax)\n" : "\(mainPID) stop\n"
         let descriptor = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard descriptor >= 0 else {
             printError("notifyd --announce-stop: cannot write \(file): \(String(cString: strerror(errno)))")
@@ -45,8 +53,8 @@ enum StopAnnouncement {
         close(descriptor)
     }
 
-    /// The store's size, if the file says that the process `pid` is being restarted.
-    static func restartAnnounced(socketPath: String, pid: Int32) -> UInt32? {
+    /// What the file says about the stop of the process `pid`, if it names that process.
+    static func answer(socketPath: String, pid: Int32) -> Answer? {
         let descriptor = open(path(socketPath: socketPath), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
@@ -54,8 +62,9 @@ enum StopAnnouncement {
         let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
         guard count > 0 else { return nil }
         let fields = String(decoding: buffer.prefix(count), as: UTF8.self).split(whereSeparator: \.isWhitespace)
-        guard fields.count == 2, Int32(fields[0]) == pid, let storeMax = UInt32(fields[1]) else { return nil }
-        return storeMax
+        guard fields.count == 2, Int32(fields[0]) == pid else { return nil }
+        if fields[1] == "stop" { return .stop }
+        return UInt32(fields[1]).map { .restart(storeMax: $0) }
     }
 
     private static func printError(_ message: String) {

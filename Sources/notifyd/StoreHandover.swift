@@ -25,10 +25,14 @@ struct StoreHandover: HandoverSink {
 
     func shouldHandOver(connections: Int) async -> Bool {
         let storeMax: UInt32
-        if let announced = socketPath.flatMap({ StopAnnouncement.restartAnnounced(socketPath: $0, pid: getpid()) }) {
+        switch socketPath.flatMap({ StopAnnouncement.answer(socketPath: $0, pid: getpid()) }) {
+        case .stop:
+            logger.info("stopping (not a restart): clients are sent GOODBYE")
+            return false
+        case .restart(let announced):
             storeMax = announced
-        } else {
-            // No announcement (a unit without the ExecStop= line, or a user's manager): ask on the bus.
+        case nil:
+            // No announcement (a unit without the ExecStop= line, or it failed): ask on the bus.
             let environment = ProcessEnvironment.current
             let job: Result<ServiceJob, SystemdError> = await Self.offThread {
                 Result { () throws(SystemdError) in

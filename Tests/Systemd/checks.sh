@@ -309,10 +309,12 @@ else
 fi
 check "after the restart under load the fd store is empty again" \
     sh -c '[ "$(systemctl show -P NFileDescriptorStore notifyd)" = 0 ]'
+since=$(date +%s)
 systemctl stop notifyd.service
 if wait_for 20 sh -c "[ \$(grep -c 'shutting down' $work/life.err) -ge 1 ] && [ \$(grep -c resubscribed $work/life.err) -ge 1 ]" \
-    && systemctl is-active -q notifyd.socket && wait_for 10 deliver_to_life after-stop; then
-    pass "systemctl stop: GOODBYE (no hand-over), and the client's reconnection starts the daemon again through the socket"
+    && systemctl is-active -q notifyd.socket && wait_for 10 deliver_to_life after-stop \
+    && journal_since "$since" | grep -q "stopping (not a restart)"; then
+    pass "systemctl stop: GOODBYE (no hand-over: the ExecStop= announcement said stop), and the client's reconnection starts the daemon again through the socket"
 else
     fail "systemctl stop with a listening client" "$(cat "$work/life.err")" "service: $(systemctl is-active notifyd)"
 fi
@@ -378,6 +380,24 @@ else
 fi
 check "alice's daemon kept its pid through the reload" \
     sh -c "[ \"\$(runuser -u alice -- ${alice_env[*]} systemctl --user show -P MainPID notifyd.service)\" = $user_pid ]"
+# A restart of the user instance hands alice's connections over too (its ExecStop= asks her manager).
+runuser -u alice -- "${alice_env[@]}" "$peer" observe --socket /run/user/1000/notifyd/notifyd.sock \
+    --name com.example.userlife > "$work/userlife.out" 2> "$work/userlife.err" &
+wait_for 15 contains "$work/userlife.out" ready || fail "alice's observer subscribed on her daemon" "$(cat "$work/userlife.err")"
+deliver_to_userlife() {
+    as_alice notifyctl post com.example.userlife "$1" >/dev/null 2>&1 && wait_for 2 contains "$work/userlife.out" " $1\$"
+}
+user_instance() { as_alice notifyctl status --json | sed -n 's/.*"instance_id" *: *"\([0-9a-f]*\)".*/\1/p'; }
+user_instance_before=$(user_instance)
+as_alice systemctl --user restart notifyd.service
+if wait_for 20 sh -c "[ \"\$(runuser -u alice -- ${alice_env[*]} systemctl --user show -P MainPID notifyd.service)\" != $user_pid ]" \
+    && wait_for 10 deliver_to_userlife after-user-restart && ! grep -qE 'disconnected|shutting down' "$work/userlife.err" \
+    && [ -n "$user_instance_before" ] && [ "$(user_instance)" = "$user_instance_before" ]; then
+    pass "systemctl --user restart notifyd (alice): her connections go to the new process, same instance; the client stays connected"
+else
+    fail "systemctl --user restart hands alice's connections over" "$(cat "$work/userlife.err" "$work/userlife.out")" \
+        "instance $user_instance_before -> $(user_instance)"
+fi
 if out=$(runuser -u bob -- env NOTIFYD_SOCKET=/run/user/1000/notifyd/notifyd.sock notifyctl status 2>&1); then
     fail "bob cannot reach alice's daemon" "$out"
 else
