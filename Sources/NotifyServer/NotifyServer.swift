@@ -87,7 +87,6 @@ package final class NotifyServer: Service, Sendable {
         guard problems.isEmpty else {
             throw ServerError.invalidConfiguration(problems.joined(separator: "; "))
         }
-        fixAllocatorThresholds()
         let eventLoop = group.next()
         // NSS and /proc lookups for new connections (they may block) run here, never on the event loop.
         let identityPool = NIOThreadPool(numberOfThreads: 2)
@@ -346,14 +345,19 @@ private func malloc_trim(_ pad: Int) -> Int32
 private func mallopt(_ parameter: Int32, _ value: Int32) -> Int32
 #endif
 
-/// Fixes glibc's thresholds at 2 MiB. Left dynamic, the trim threshold rose to 16 MiB once an 8 MiB buffer was
-/// freed, and neither free() nor malloc_trim() hands back a thread arena's free top below it (up to 15 MB after
-/// the soak); the mmap threshold is set too so that batches and receive buffers (up to 1 MiB) stay in the heap.
-private func fixAllocatorThresholds() {
-    #if canImport(Glibc)
-    _ = mallopt(-3, 2 << 20)  // M_MMAP_THRESHOLD
-    _ = mallopt(-1, 2 << 20)  // M_TRIM_THRESHOLD
-    #endif
+extension NotifyServer {
+    /// Fixes glibc's mmap and trim thresholds at 2 MiB for the whole process, unless the environment sets them.
+    /// Left dynamic, they rise once a large buffer is freed, and neither `free` nor `malloc_trim` then hands back
+    /// a thread arena's free top below the trim threshold: the event loop's arena kept megabytes of free pages
+    /// (BENCHMARKS.md, F24). 2 MiB keeps batches and receive buffers (up to 1 MiB) out of `mmap`.
+    package static func fixAllocatorThresholds(environment: [String: String]) {
+        #if canImport(Glibc)
+        let ownSettings = ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"]
+        guard !ownSettings.contains(where: { environment[$0] != nil }) else { return }
+        _ = mallopt(-3, 2 << 20)  // M_MMAP_THRESHOLD
+        _ = mallopt(-1, 2 << 20)  // M_TRIM_THRESHOLD
+        #endif
+    }
 }
 
 /// Hands the allocator's free pages back to the system (glibc keeps them otherwise, so a daemon's resident memory

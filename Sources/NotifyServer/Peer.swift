@@ -170,6 +170,8 @@ final class Peer {
     }
 
     /// The handshake: `HELLO` accepted with this client name and these flags.
+    ///
+    /// - Parameter describing: whether to add the client name to the log metadata (a restored peer has it already).
     func opened(clientName name: String, flags: UInt32, describing: Bool = true) {
         phase = .open
         clientName = name
@@ -307,7 +309,8 @@ final class Peer {
         guard phase != .closed else { return }
         phase = .closed
         // The successor serves it on: this process, about to exit, leaves its tables as they are rather than
-        // take each subscription out of them (the larger part of a hand-over's capture).
+        // take each subscription out of them (the larger part of a hand-over's capture). The index and the peers
+        // then keep each other, and the broker, until the process exits.
         if isHandedOver {
             broker.unregister(self)
             return

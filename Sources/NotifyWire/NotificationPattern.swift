@@ -98,13 +98,13 @@ package struct NotificationPattern: Sendable, Hashable, CustomStringConvertible 
     /// How this reads in logs and error messages.
     package var description: String { text }
 
-    /// The labels of a name or pattern: split at every `.` scalar, as the name grammar and the daemon's pattern
-    /// index do (a `Character` split would keep a `.` followed by a combining mark inside a label).
     /// Whether `text` holds a `*` or `>` anywhere (a valid name holds neither).
     package static func mayHaveWildcards(_ text: String) -> Bool {
         text.utf8.contains { $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: ">") }
     }
 
+    /// The labels of a name or pattern: split at every `.` scalar, as the name grammar and the daemon's pattern
+    /// index do (a `Character` split would keep a `.` followed by a combining mark inside a label).
     static func labels(of text: String) -> [Substring] {
         text.unicodeScalars.split(separator: ".", omittingEmptySubsequences: false).map { Substring($0) }
     }

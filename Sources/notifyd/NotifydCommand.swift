@@ -168,6 +168,7 @@ struct NotifydCommand: AsyncParsableCommand {
         let logger = Logger(label: "notifyd")
 
         Self.raiseDescriptorLimit(logger: logger)
+        NotifyServer.fixAllocatorThresholds(environment: environment)
         let uid = getuid()
         let path = socket ?? SocketLocation.defaultPath(uid: uid, environment: environment)
         let mode = socketMode.flatMap { UInt32($0, radix: 8) } ?? (uid == 0 ? 0o666 : 0o600)

@@ -41,14 +41,13 @@ struct DescriptorTableTests {
             limit.rlim_cur = rlim_t(before * 4)
             #expect(setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0)
         }
-        let lowest = dup(0)
-        close(lowest)
-        DescriptorTable.reserve(count, probingWith: 0)
+        // Probed with a descriptor of its own (standard input may be closed); other suites open and close
+        // descriptors meanwhile, so only the table's size is checked.
+        let probe = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        try #require(probe >= 0)
+        defer { close(probe) }
+        DescriptorTable.reserve(count, probingWith: probe)
         let after = try Self.tableSize()
-        #expect(after >= Int(lowest) + count, "the table holds \(after) descriptors, \(before) before")
-        // Nothing stays open: the next descriptor is the lowest free one, as before.
-        let next = dup(0)
-        close(next)
-        #expect(next == lowest)
+        #expect(after >= count, "the table holds \(after) descriptors, \(before) before, \(count) asked for")
     }
 }

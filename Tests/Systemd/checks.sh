@@ -381,8 +381,9 @@ fi
 check "alice's daemon kept its pid through the reload" \
     sh -c "[ \"\$(runuser -u alice -- ${alice_env[*]} systemctl --user show -P MainPID notifyd.service)\" = $user_pid ]"
 # A restart of the user instance hands alice's connections over too (its ExecStop= asks her manager).
-runuser -u alice -- "${alice_env[@]}" "$peer" observe --socket /run/user/1000/notifyd/notifyd.sock \
+as_alice "$peer" observe --socket /run/user/1000/notifyd/notifyd.sock \
     --name com.example.userlife > "$work/userlife.out" 2> "$work/userlife.err" &
+userlife_pid=$!
 wait_for 15 contains "$work/userlife.out" ready || fail "alice's observer subscribed on her daemon" "$(cat "$work/userlife.err")"
 deliver_to_userlife() {
     as_alice notifyctl post com.example.userlife "$1" >/dev/null 2>&1 && wait_for 2 contains "$work/userlife.out" " $1\$"
@@ -398,6 +399,7 @@ else
     fail "systemctl --user restart hands alice's connections over" "$(cat "$work/userlife.err" "$work/userlife.out")" \
         "instance $user_instance_before -> $(user_instance)"
 fi
+kill "$userlife_pid" 2>/dev/null || true
 if out=$(runuser -u bob -- env NOTIFYD_SOCKET=/run/user/1000/notifyd/notifyd.sock notifyctl status 2>&1); then
     fail "bob cannot reach alice's daemon" "$out"
 else

@@ -17,10 +17,10 @@ package enum DescriptorTable {
         // The lowest free number: the new descriptors take it and the free numbers after it.
         let lowest = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
         guard lowest >= 0 else { return }
-        let (top, overflow) = lowest.addingReportingOverflow(CInt(clamping: count))
+        let (top, overflow) = lowest.addingReportingOverflow(CInt(clamping: count - 1))
         close(lowest)
         guard !overflow else { return }
-        // A duplicate numbered past the last descriptor that will be needed grows the table once to hold it.
+        // A duplicate numbered as the last descriptor that will be needed grows the table once to hold it.
         let probe = fcntl(descriptor, F_DUPFD_CLOEXEC, top)
         if probe >= 0 { close(probe) }
     }
