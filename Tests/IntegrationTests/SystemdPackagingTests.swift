@@ -26,8 +26,9 @@ extension Integration {
             for unit in units {
                 var text = try String(contentsOf: source.appendingPathComponent(unit), encoding: .utf8)
                 text = text.replacingOccurrences(of: "ExecStart=" + execStartPrefix, with: "ExecStart=" + binary.path)
-                // ExecStop= runs notifyd too, with "+" (full privileges).
+                // ExecStop= runs notifyd too (in the system unit with "+", full privileges).
                 text = text.replacingOccurrences(of: "ExecStop=+" + execStartPrefix, with: "ExecStop=+" + binary.path)
+                text = text.replacingOccurrences(of: "ExecStop=" + execStartPrefix, with: "ExecStop=" + binary.path)
                 // ExecReload= runs the notifyctl installed beside notifyd.
                 let installedDirectory = URL(fileURLWithPath: execStartPrefix).deletingLastPathComponent().path
                 text = text.replacingOccurrences(
