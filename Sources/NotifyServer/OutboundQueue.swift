@@ -29,7 +29,7 @@ struct OutboundQueue {
     private var nextBatchCapacity = 256
 
     /// - Parameter batchCapacityLimit: the most storage a batch is given up front (about the largest batch).
-    init(allocator: ByteBufferAllocator, batchCapacityLimit: Int = 65_536) {
+    init(allocator: ByteBufferAllocator, batchCapacityLimit: Int) {
         self.allocator = allocator
         self.batchCapacityLimit = batchCapacityLimit
         self.buffer = allocator.buffer(capacity: 0)

@@ -115,15 +115,12 @@ extension Peer {
         // (the same pattern again on this peer adds nothing).
         // State subscriptions have a trie of their own, so a pattern is charged again there.
         let watchesStates = subscribe.flags.contains(.states)
-        let labels =
-            pattern.hasWildcards && (watchesStates ? stateSubscriptions : subscriptions).isNewPattern(pattern)
-            ? PatternTrie.cost(of: pattern) : 0
+        let entry = SubscriptionTable.Subscription(pattern, policy)
+        let labels = (watchesStates ? stateSubscriptions : subscriptions).patternLabels(adding: entry)
         if let denial = account.chargeSubscription(patternLabels: labels) {
             reject(requestID, .quotaExceeded, denial)
             return
         }
-        let entry: SubscriptionTable.Subscription =
-            pattern.hasWildcards ? .pattern(pattern, policy) : .exact(pattern.text, policy)
         if watchesStates {
             stateSubscriptions.add(subscribe.subscriptionID, entry, peer: self, index: broker.stateWatchers)
             // Current values first: the OK that follows tells the client they are complete.

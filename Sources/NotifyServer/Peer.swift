@@ -111,33 +111,24 @@ final class Peer {
         self.logger = broker.logger
         self.command = record.command
         (number, slot) = broker.register(self, restoredNumber: record.number)
-        Self.describe(
-            &logger, number: number, credentials: credentials,
-            clientName: record.phase == .awaitingHello ? nil : record.clientName)
+        Self.describe(&logger, number: number, credentials: credentials)
         account.chargeRestored(connections: 1)
         switch record.phase {
         case .awaitingHello: phase = .awaitingHello
-        case .open, .closing: opened(clientName: record.clientName, flags: record.helloFlags, describing: false)
+        case .open, .closing: opened(clientName: record.clientName, flags: record.helloFlags)
         }
         for subscription in record.subscriptions {
             // The snapshot's decoder checked every pattern against the grammar; one without `*` or `>` anywhere
             // is an exact name, which need not be parsed again.
             let watchesStates = subscription.watchesStates
             let entry: SubscriptionTable.Subscription
-            var labels = 0
             if NotificationPattern.mayHaveWildcards(subscription.pattern) {
                 guard let pattern = try? NotificationPattern(subscription.pattern) else { continue }
-                if pattern.hasWildcards {
-                    if (watchesStates ? stateSubscriptions : subscriptions).isNewPattern(pattern) {
-                        labels = PatternTrie.cost(of: pattern)
-                    }
-                    entry = .pattern(pattern, subscription.policy)
-                } else {
-                    entry = .exact(pattern.text, subscription.policy)
-                }
+                entry = SubscriptionTable.Subscription(pattern, subscription.policy)
             } else {
                 entry = .exact(subscription.pattern, subscription.policy)
             }
+            let labels = (watchesStates ? stateSubscriptions : subscriptions).patternLabels(adding: entry)
             account.chargeRestored(subscriptions: 1, patternLabels: labels)
             if watchesStates {
                 stateSubscriptions.add(subscription.id, entry, peer: self, index: broker.stateWatchers)
@@ -170,25 +161,20 @@ final class Peer {
     }
 
     /// The handshake: `HELLO` accepted with this client name and these flags.
-    ///
-    /// - Parameter describing: whether to add the client name to the log metadata (a restored peer has it already).
-    func opened(clientName name: String, flags: UInt32, describing: Bool = true) {
+    func opened(clientName name: String, flags: UInt32) {
         phase = .open
         clientName = name
         helloFlags = flags
-        if describing { logger[metadataKey: "client"] = "\(clientName)" }
+        logger[metadataKey: "client"] = "\(clientName)"
     }
 
-    /// Puts the connection's number, credentials (and client name) in the metadata of its log events, in one
-    /// assignment: the stream handler formats its metadata anew on each change.
-    private static func describe(
-        _ logger: inout Logger, number: UInt64, credentials: SenderCredentials, clientName: String? = nil
-    ) {
+    /// Puts the connection's number and credentials in the metadata of its log events, in one assignment: the
+    /// stream handler formats its metadata anew on each change.
+    private static func describe(_ logger: inout Logger, number: UInt64, credentials: SenderCredentials) {
         var metadata = logger.handler.metadata
         metadata["connection"] = "\(number)"
         metadata["pid"] = "\(credentials.pid)"
         metadata["uid"] = "\(credentials.uid)"
-        if let clientName { metadata["client"] = "\(clientName)" }
         logger.handler.metadata = metadata
     }
 

@@ -9,6 +9,11 @@ struct SubscriptionTable {
         case exact(String, DeliveryPolicy)
         case pattern(NotificationPattern, DeliveryPolicy)
 
+        /// A subscription to `pattern`: an exact name when it has no wildcard.
+        init(_ pattern: NotificationPattern, _ policy: DeliveryPolicy) {
+            self = pattern.hasWildcards ? .pattern(pattern, policy) : .exact(pattern.text, policy)
+        }
+
         var text: String {
             switch self {
             case .exact(let name, _): name
@@ -44,8 +49,12 @@ struct SubscriptionTable {
         byID.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     }
 
-    /// Whether the peer has no subscription with this pattern yet (a new one adds to the trie).
-    func isNewPattern(_ pattern: NotificationPattern) -> Bool { patternIDs[ExactName(pattern.text)] == nil }
+    /// The trie labels `subscription` adds, charged to the user: a pattern new to this peer adds its labels, an
+    /// exact name or a pattern the peer has already adds none.
+    func patternLabels(adding subscription: Subscription) -> Int {
+        guard case .pattern(let pattern, _) = subscription, patternIDs[ExactName(pattern.text)] == nil else { return 0 }
+        return PatternTrie.cost(of: pattern)
+    }
 
     /// Adds a subscription and lists `peer` in `index` under the strongest of its subscriptions with that text
     /// (marking retained posts if any of them has the flag, `marksRetained`).

@@ -98,6 +98,17 @@ package struct NotificationPattern: Sendable, Hashable, CustomStringConvertible 
     /// How this reads in logs and error messages.
     package var description: String { text }
 
+    /// Checks `text` against the pattern grammar, as ``init(_:maxLength:)`` does, without building its labels.
+    ///
+    /// - Throws: ``NameError`` if it breaks the grammar.
+    package static func validate(_ text: String, maxLength: Int = NotificationName.maxLength) throws(NameError) {
+        if mayHaveWildcards(text) {
+            _ = try Self(text, maxLength: maxLength)
+        } else {
+            try NotificationName.validate(text, maxLength: maxLength)
+        }
+    }
+
     /// Whether `text` holds a `*` or `>` anywhere (a valid name holds neither).
     package static func mayHaveWildcards(_ text: String) -> Bool {
         text.utf8.contains { $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: ">") }

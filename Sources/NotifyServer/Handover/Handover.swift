@@ -59,13 +59,6 @@ package struct IncomingHandover: Sendable {
     package static func decode(_ bytes: [UInt8]) -> Result<HandoverSnapshot, HandoverError> {
         Result { () throws(HandoverError) in try HandoverSnapshot(decoding: bytes) }
     }
-
-    /// Creates one whose snapshot could not be read.
-    package init(failure: HandoverError, clientSockets: [CInt]) {
-        self.snapshot = .failure(failure)
-        self.clientSockets = clientSockets
-        self.ownsSocketFile = false
-    }
 }
 
 /// Where a stopping daemon's state goes: systemd's file descriptor store, or a successor started with

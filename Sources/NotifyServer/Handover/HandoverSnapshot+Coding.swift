@@ -362,11 +362,7 @@ struct SnapshotReader {
     mutating func pattern() throws(HandoverError) -> String {
         let text = try string()
         do {
-            if NotificationPattern.mayHaveWildcards(text) {
-                _ = try NotificationPattern(text)
-            } else {
-                try NotificationName.validate(text)
-            }
+            try NotificationPattern.validate(text)
         } catch {
             throw .malformed(error.description)
         }
