@@ -36,12 +36,9 @@ extension Integration {
         @Test("at the descriptor limit new clients get ERROR unavailable at once, others go on, and it recovers")
         func refusesAtTheLimit() async throws {
             try await withIntegrationScope { scope in
-                let child = try scope.launch(
-                    .notifyd, ["--socket", scope.socketPath, "--log-level", "info"], after: "ulimit -n 40")
-                _ = try await poll("notifyd to accept connections", timeout: 20) { () throws -> Bool? in
-                    if let termination = child.termination { throw TestFailure("notifyd \(termination)\n\(child.diagnostics)") }
-                    return UnixSocket.acceptsConnections(at: scope.socketPath) ? true : nil
-                }
+                let child = try await DaemonProcess.start(socketPath: scope.socketPath) {
+                    try scope.launch($0, $1, after: "ulimit -n 40")
+                }.child
 
                 // Fill the daemon's descriptor table with clients that got WELCOME.
                 var served: [TestClient] = []
@@ -112,13 +109,10 @@ extension Integration {
             #expect(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0)
             try #require(limit.rlim_max > 256, "the hard limit \(limit.rlim_max) leaves no room to test")
             try await withIntegrationScope { scope in
-                let child = try scope.launch(
-                    .notifyd, ["--socket", scope.socketPath, "--log-level", "info"], after: "ulimit -S -n 256")
-                _ = try await poll("notifyd to accept connections", timeout: 20) { () throws -> Bool? in
-                    if let termination = child.termination { throw TestFailure("notifyd \(termination)\n\(child.diagnostics)") }
-                    return UnixSocket.acceptsConnections(at: scope.socketPath) ? true : nil
+                let daemon = try await DaemonProcess.start(socketPath: scope.socketPath) {
+                    try scope.launch($0, $1, after: "ulimit -S -n 256")
                 }
-                let limits = try Self.openFileLimits(of: child.pid)
+                let limits = try Self.openFileLimits(of: daemon.pid)
                 #expect(limits.soft == limits.hard, "notifyd runs with \(limits.soft) of \(limits.hard) descriptors")
                 #expect(limits.soft != "256")
             }

@@ -24,9 +24,8 @@ struct EmbeddedPeerTests {
     @Test("a client that pipelines requests, stops reading and closes its sending side gets every answer, then EOF")
     func halfCloseWhileBackPressured() throws {
         let daemon = EmbeddedBroker { $0.outboundByteLimit = 4_096 }
-        let peer = try daemon.connect("pipeliner", stallWrites: true)
         // 2,000 PONGs are 18,000 bytes: reading stops with PINGs still to serve, and then the input ends.
-        try peer.send([.hello(ClientFrame.Hello(clientName: "pipeliner"))] + (1...2_000).map { .ping(requestID: $0) })
+        let peer = try daemon.connectStalled("pipeliner", sending: (1...2_000).map { .ping(requestID: $0) })
         peer.channel.pipeline.syncOperations.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
         daemon.run()
         #expect(peer.isActive, "still answering")
@@ -97,11 +96,12 @@ struct EmbeddedPeerTests {
     @Test("two matching subscriptions of different policies: notifications held for the peer follow the stronger (queue, not coalesce)")
     func heldUnderTheStrongerPolicy() throws {
         let daemon = EmbeddedBroker { $0.outboundByteLimit = 2_048 }
-        let reader = try daemon.connect("slow-reader", stallWrites: true)
-        try reader.send(
-            .hello(ClientFrame.Hello(clientName: "slow-reader")),
-            .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.mix.>", policy: .coalesce),
-            .testSubscribe(requestID: 2, subscriptionID: 2, name: "org.mix.a", policy: .queue(limit: 100)))
+        let reader = try daemon.connectStalled(
+            "slow-reader",
+            sending: [
+                .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.mix.>", policy: .coalesce),
+                .testSubscribe(requestID: 2, subscriptionID: 2, name: "org.mix.a", policy: .queue(limit: 100)),
+            ])
         let poster = try daemon.connect("poster")
         try poster.hello()
         // About 3,000 bytes of notifications, more than the 2,048 the reader may have pending: the rest is held.
@@ -128,8 +128,7 @@ struct EmbeddedPeerTests {
     @Test("a client that sends requests without reading the replies stops being read until it catches up")
     func backPressureStopsReading() throws {
         let daemon = EmbeddedBroker { $0.outboundByteLimit = 1_024 }
-        let greedy = try daemon.connect("greedy", stallWrites: true)
-        try greedy.send(.hello(ClientFrame.Hello(clientName: "greedy")))
+        let greedy = try daemon.connectStalled("greedy")
         let pings = 2_000  // 9 bytes per PONG: 18,000 bytes of replies, far over the bound
         try greedy.send((1...pings).map { .ping(requestID: UInt32($0)) })
         daemon.run()
@@ -148,10 +147,8 @@ struct EmbeddedPeerTests {
     @Test("a disconnect subscriber that stops reading for an hour still gets ERROR slow-consumer, then EOF, when it reads")
     func stoppedSlowConsumerLearnsWhy() throws {
         let daemon = EmbeddedBroker { $0.outboundByteLimit = 4_096 }
-        let stalled = try daemon.connect("stopped", stallWrites: true)
-        try stalled.send(
-            .hello(ClientFrame.Hello(clientName: "stopped")),
-            .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.example.tick", policy: .disconnect))
+        let stalled = try daemon.connectStalled(
+            "stopped", sending: [.testSubscribe(requestID: 1, subscriptionID: 1, name: "org.example.tick", policy: .disconnect)])
         let poster = try daemon.connect("poster")
         try poster.hello()
         try poster.send(

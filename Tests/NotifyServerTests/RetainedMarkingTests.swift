@@ -191,14 +191,10 @@ struct RetainedMarkingTests {
     @Test("a stalled marking connection is closed as a slow consumer; a stalled plain one coalesces, a reading one gets all")
     func stalledMarkerIsDisconnected() throws {
         let daemon = EmbeddedBroker { $0.outboundByteLimit = 4_096 }
-        let stalled = try daemon.connect("stalled", stallWrites: true)
-        try stalled.send(
-            .hello(ClientFrame.Hello(clientName: "stalled")),
-            .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.>", flags: .marksRetained))
-        let stalledPlain = try daemon.connect("stalled-plain", stallWrites: true)
-        try stalledPlain.send(
-            .hello(ClientFrame.Hello(clientName: "stalled-plain")),
-            .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.>"))
+        let stalled = try daemon.connectStalled(
+            "stalled", sending: [.testSubscribe(requestID: 1, subscriptionID: 1, name: "org.>", flags: .marksRetained)])
+        let stalledPlain = try daemon.connectStalled(
+            "stalled-plain", sending: [.testSubscribe(requestID: 1, subscriptionID: 1, name: "org.>")])
         let healthy = try daemon.connect("healthy")
         try healthy.hello()
         try healthy.subscribeMarking("org.example.level", id: 1)

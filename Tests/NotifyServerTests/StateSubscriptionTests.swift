@@ -164,10 +164,8 @@ struct StateSubscriptionTests {
     @Test("a stalled watcher is closed as a slow consumer when a change does not fit; the others get every change")
     func stalledWatcherIsDisconnected() throws {
         let daemon = EmbeddedBroker { $0.outboundByteLimit = 4_096 }
-        let stalled = try daemon.connect("stalled", stallWrites: true)
-        try stalled.send(
-            .hello(ClientFrame.Hello(clientName: "stalled")),
-            .testSubscribe(requestID: 1, subscriptionID: 1, name: "org.>", flags: .states))
+        let stalled = try daemon.connectStalled(
+            "stalled", sending: [.testSubscribe(requestID: 1, subscriptionID: 1, name: "org.>", flags: .states)])
         let healthy = try daemon.connect("healthy")
         try healthy.hello()
         try healthy.watchStates("org.example.level", id: 1)

@@ -37,6 +37,14 @@ final class EmbeddedBroker {
         return EmbeddedPeer(name: name, channel: channel, handler: handler, stall: stall)
     }
 
+    /// A new connection whose client does not read (``connect(_:stallWrites:)``), which has sent `HELLO` and then
+    /// `frames` in one write, replies unread.
+    func connectStalled(_ name: String, sending frames: [ClientFrame] = []) throws -> EmbeddedPeer {
+        let peer = try connect(name, stallWrites: true)
+        try peer.send([.hello(ClientFrame.Hello(clientName: name))] + frames)
+        return peer
+    }
+
     /// Runs every task the loop has due (frames deferred to the next turn, write completions).
     func run() { loop.run() }
 }
