@@ -299,11 +299,21 @@ package final class NotifyServer: Service, Sendable {
     private func closeClients(broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async {
         let deadline = TimeAmount.nanoseconds(Int64(configuration.shutdownDeadlineSeconds * 1e9))
         let closed: EventLoopFuture<Void> = eventLoop.flatSubmit {
-            let handlers = broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
-            for handler in handlers { handler.serveReceivedFrames() }
-            let futures = handlers.map { $0.beginShutdown() }
-            broker.value.flushDirtyPeers()
-            return EventLoopFuture.andAllComplete(futures, on: eventLoop)
+            func handlers() -> [PeerChannelHandler] {
+                broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
+            }
+            // Every connection is read once more at the next poll (what its client wrote before the stop), then
+            // everything received is served, then each gets its GOODBYE.
+            for handler in handlers() { handler.readOnceMore() }
+            let lastReadDone = eventLoop.makePromise(of: Void.self)
+            broker.value.nextTurn.enqueue { lastReadDone.succeed() }
+            return lastReadDone.futureResult.assumeIsolated().flatMap {
+                let handlers = handlers()
+                for handler in handlers { handler.serveReceivedFrames() }
+                let futures = handlers.map { $0.beginShutdown() }
+                broker.value.flushDirtyPeers()
+                return EventLoopFuture.andAllComplete(futures, on: eventLoop)
+            }.nonisolated()
         }
         let timeout = eventLoop.scheduleTask(in: deadline) {
             for peer in broker.value.peers.values { peer.forceClose() }

@@ -29,6 +29,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private var isCompletingRead = false
     /// A flush of the peer is due at the next tick.
     private var isFlushScheduled = false
+    /// A graceful shutdown's last read is under way: what arrives is kept for ``serveReceivedFrames()``.
+    private var isReadingLast = false
     /// Frames served through the full path, posts continuing a run, and pattern nodes visited, this turn.
     private var turnFrames = 0
     private var turnRunPosts = 0
@@ -144,7 +146,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard let peer, peer.isServing else { return }
         accumulator.append(unwrapInboundIn(data))
-        guard !awaitingIdentity, !servingDeferred else { return }
+        guard !awaitingIdentity, !servingDeferred, !isReadingLast else { return }
         guard !broker.isRouting else {
             // Read while the broker hands out another peer's post (see Broker.isRouting): next turn.
             deferServing()
@@ -220,7 +222,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? ChannelEvent, event == .inputClosed {
-            if awaitingIdentity || servingDeferred || hasFramesWaitingForBackPressure {
+            if awaitingIdentity || servingDeferred || isReadingLast || hasFramesWaitingForBackPressure {
                 inputClosedPending = true
             } else if let peer {
                 inputClosed(peer)
@@ -303,11 +305,22 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
 
     // MARK: Shutdown
 
+    /// The first step of a graceful shutdown: reads once more, at the loop's next poll, what the client had
+    /// written by now, whatever held its reading off (back-pressure, the turn's budget); nothing is served until
+    /// ``serveReceivedFrames()``. A fire-and-forget post still in the socket's buffer is not lost with it.
+    func readOnceMore() {
+        guard let peer, peer.isServing, !awaitingIdentity, let context else { return }
+        isReadingLast = true
+        context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+        context.read()
+    }
+
     /// Serves every whole frame already received, whatever the per-turn budget: the first step of a graceful
     /// shutdown, for every connection before any gets its `GOODBYE`, so that a post the daemon has taken from
     /// its socket reaches every subscriber. (A peer whose groups are still being looked up has been served
     /// nothing yet and is left so.)
     func serveReceivedFrames() {
+        isReadingLast = false
         guard let peer, peer.isServing, !awaitingIdentity else { return }
         servingDeferred = false
         peer.ignoreBackPressure()  // what is served now is written before the GOODBYE, within the deadline

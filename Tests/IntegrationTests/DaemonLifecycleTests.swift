@@ -4,6 +4,9 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import NIOCore
+import NotifyTestSupport
+import NotifyWire
 import Testing
 
 extension Integration {
@@ -121,6 +124,53 @@ extension Integration {
                 #expect(daemon.termination == .exited(1), "\(daemon.diagnostics)")
                 #expect(daemon.stderrText.contains("not a socket"), "\(daemon.diagnostics)")
                 #expect(FileManager.default.contents(atPath: path) == contents, "the file must be left untouched")
+            }
+        }
+        @Test("SIGTERM: fire-and-forget posts still in the socket of a connection the daemon had stopped reading reach their subscriber before GOODBYE")
+        func lastReadAtShutdown() async throws {
+            try await withIntegrationScope { scope in
+                let limit = 65_536
+                let daemon = try await scope.startOpenDaemon(["--outbound-limit", "\(limit)"])
+                let subscriber = try await TestClient.connect(to: scope.socketPath, name: "subscriber")
+                try await subscriber.hello()
+                try await subscriber.subscribe("drain.last", id: 1, policy: .queue(limit: 1_000))
+                // A poster that reads none of its replies: the daemon stops reading it once they pass the bound.
+                let poster = try await TestClient.connect(to: scope.socketPath, name: "poster")
+                try await poster.hello()
+                try await poster.setReading(false)
+                var queries = ByteBuffer()
+                for index in 1...2_000 {
+                    ClientFrame.query(requestID: UInt32(index), kind: QueryKind.status.rawValue, argument: "").encode(into: &queries)
+                }
+                try await poster.sendBuffer(queries)
+                _ = try await poll("the daemon to stop reading the poster (its replies over the bound)", timeout: 60,
+                                   interval: .milliseconds(20)) { () throws -> Bool? in
+                    let clients = try await subscriber.query([DaemonClient].self, .clients)
+                    return clients.first(where: { $0.clientName == "poster" }).map { $0.pendingBytes > limit } == true ? true : nil
+                }
+                // These stay in the socket's buffer: nothing of this connection is read until the stop.
+                let posts = 100
+                var buffer = ByteBuffer()
+                for index in 1...posts {
+                    ClientFrame.post(ClientFrame.Post(requestID: 0, name: "drain.last", payload: ByteBuffer(string: "\(index)")))
+                        .encode(into: &buffer)
+                }
+                try await poster.sendBuffer(buffer)
+
+                daemon.send(SIGTERM)
+                let (frames, _) = try await subscriber.framesUntilEnd(timeout: .seconds(30))
+                try await poster.setReading(true)  // its answers and GOODBYE, so the daemon need not wait its deadline
+                let payloads = frames.compactMap { frame -> String? in
+                    guard case .notification(let notification) = frame else { return nil }
+                    return String(buffer: notification.payload)
+                }
+                #expect(payloads == (1...posts).map { "\($0)" }, "\(payloads.count) of \(posts) posts delivered before the stop")
+                guard case .goodbye = frames.last else {
+                    Issue.record("the subscriber's last frame is not GOODBYE: \(frames.last.map { "\($0.summary)" } ?? "none")")
+                    return
+                }
+                let end = try await daemon.waitForExit(timeout: 30)
+                #expect(end == .exited(0), "\(daemon.diagnostics)")
             }
         }
     }
