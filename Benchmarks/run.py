@@ -999,11 +999,12 @@ def scenario_unthrottled_stopped(ctx: Context, systems: list[System], results: d
 ATTACKER_UID = 65534
 
 
-def run_hostile_rtt(ctx: Context, system: System, attack: str | None, target: System | None = None) -> dict:
-    """One round-trip run of a "victim" user (this process's uid) while uid 65534 attacks: `flood` holds a
-    SIGSTOPped queue(100000) subscriber and floods its name with 16-byte posts from an unthrottled poster;
-    `quotas` first takes every per-user quota (Benchmarks/quota_attacker.py), then floods likewise. The attack
-    goes to `target` (default: the victim's daemon); another daemon there leaves only the machine's share."""
+def run_hostile(ctx: Context, system: System, attack: str | None, target: System | None = None) -> dict:
+    """One run of a "victim" user (this process's uid) while uid 65534 attacks: its round trips, then its fan-out
+    throughput (4 subscribers, 64 B, the throttled poster of scenario 1). `flood` holds a SIGSTOPped
+    queue(100000) subscriber and floods its name with 16-byte posts from an unthrottled poster; `quotas` first
+    takes every per-user quota (Benchmarks/quota_attacker.py), then floods likewise. The attack goes to `target`
+    (default: the victim's daemon); another daemon there leaves only the machine's share."""
     attacked = attack is not None
     target = target or system
     s = ctx.settings
@@ -1030,7 +1031,7 @@ def run_hostile_rtt(ctx: Context, system: System, attack: str | None, target: Sy
             os.kill(victim.pid, signal.SIGSTOP)
             flood = spawn(as_attacker + target.c_cmd("flood", "--board", str(attack_board.path), "--subs", "1",
                                                      "--name", "hostile.flood", "--posts", str(s.hostile_posts),
-                                                     "--payload", "16", "--max-seconds", str(s.hostile_seconds + 2),
+                                                     "--payload", "16", "--max-seconds", str(2 * s.hostile_seconds + 4),
                                                      "--drain-seconds", "0.1", "--quiet-seconds", "0.1",
                                                      "--ignore-slot", "0"))
             procs.append(flood)
@@ -1045,6 +1046,8 @@ def run_hostile_rtt(ctx: Context, system: System, attack: str | None, target: Sy
         finish(pong, timeout=10)
         if result is None:
             raise RuntimeError(err[-500:])
+        fan = run_fanout(ctx, system, 4, 64, name="victim.fan", seconds=s.hostile_seconds)
+        result["fanout_delivered_per_s"] = fan.get("delivered_per_s")
         if flood is not None:
             result["attack_still_posting"] = flood.poll() is None
         if attack == "quotas":
@@ -1066,9 +1069,9 @@ def run_hostile_rtt(ctx: Context, system: System, attack: str | None, target: Sy
 
 
 def scenario_hostile(ctx: Context, systems: list[System], results: dict) -> None:
-    """Issue 15 item 3: one user's round trip through notifyd, idle and while another uid (65534) runs a
-    SIGSTOPped queue(100000) subscriber plus an unthrottled poster of 16-byte notifications to its name;
-    alternating runs on one fresh instance. Needs root (setpriv); the socket directory is opened to the attacker."""
+    """Issue 15 item 3: one user's round trip and fan-out throughput through notifyd, idle and while another uid
+    (65534) runs a SIGSTOPped queue(100000) subscriber plus an unthrottled poster of 16-byte notifications to its
+    name; alternating runs on one fresh instance. Needs root (setpriv); the socket directory is opened to the attacker."""
     s = ctx.settings
     system = next((x for x in systems if x.key == "notifyd-c"), None)
     if system is None:
@@ -1095,7 +1098,7 @@ def scenario_hostile(ctx: Context, systems: list[System], results: dict) -> None
                 try:
                     if mode == "elsewhere":
                         other.restart()
-                    r = run_hostile_rtt(ctx, victim, attack, other if mode == "elsewhere" else None)
+                    r = run_hostile(ctx, victim, attack, other if mode == "elsewhere" else None)
                 except Exception as e:  # noqa: BLE001
                     r = {"error": str(e)[-500:]}
                 finally:
@@ -1112,8 +1115,8 @@ def scenario_hostile(ctx: Context, systems: list[System], results: dict) -> None
         ok = [r for r in runs if "error" not in r]
         entry[label_] = {"runs": len(ok), "failed_runs": len(runs) - len(ok),
                          "errors": [r["error"][-300:] for r in runs if "error" in r][:2]}
-        for key in ("p50_us", "p99_us", "p999_us", "max_us"):
-            if ok:
+        for key in ("p50_us", "p99_us", "p999_us", "max_us", "fanout_delivered_per_s"):
+            if ok and all(r.get(key) is not None for r in ok):
                 entry[label_][key] = statistics.median(r[key] for r in ok)
         if label_ != "idle":
             entry[label_]["attack_outlasted_runs"] = sum(1 for r in ok if r.get("attack_still_posting"))
@@ -1565,6 +1568,13 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
             add(f"issue 15 · {what}: round-trip p99 under attack / idle", under["p99_us"] / idle["p99_us"], 2.0, "lower",
                 f"p50 {idle['p50_us']:.0f} → {under['p50_us']:.0f} µs, p99 {idle['p99_us']:.0f} → {under['p99_us']:.0f} µs, "
                 f"{under['runs']} + {idle['runs']} runs" + control)
+        if under.get("fanout_delivered_per_s") and elsewhere.get("fanout_delivered_per_s"):
+            # On 2 cores the attack's own processes take CPU from the victim wherever they are: the control with the
+            # same attack on another daemon is the throughput the machine leaves; the daemon must not take more.
+            add(f"issue 15 · {what}: fan-out throughput under attack / the same attack on another daemon",
+                under["fanout_delivered_per_s"] / elsewhere["fanout_delivered_per_s"], 0.9, "higher",
+                f"S=4, 64 B: idle {fmt_rate(idle.get('fanout_delivered_per_s'))}, attacked "
+                f"{fmt_rate(under['fanout_delivered_per_s'])}, attack elsewhere {fmt_rate(elsewhere['fanout_delivered_per_s'])}")
     return targets
 
 
@@ -1899,11 +1909,11 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
     hostile = res.get("hostile") or {}
     if hostile.get("idle"):
         lines.append("**10 · A hostile user** (issue 15: uid 65534 holds a SIGSTOPped queue(100000) subscriber and floods "
-                     "its name with 16-byte posts from an unthrottled poster; another user's round trips, 64 B, through "
-                     "the same daemon; alternating runs, medians)")
+                     "its name with 16-byte posts from an unthrottled poster; another user's round trips, 64 B, then its "
+                     "fan-out to 4 subscribers, through the same daemon; alternating runs, medians)")
         lines.append("")
-        lines.append("| round trips | runs | p50 | p99 | p99.9 | max |")
-        lines.append("|---|---|---|---|---|---|")
+        lines.append("| victim | runs | round trip p50 | p99 | p99.9 | max | fan-out S=4, 64 B |")
+        lines.append("|---|---|---|---|---|---|---|")
         for key, title in (("idle", "idle"), ("attacked", "slow subscriber + flood"),
                            ("quotas", "every quota taken + slow subscriber + flood"),
                            ("elsewhere", "control: the same flood on another daemon"),
@@ -1914,7 +1924,7 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
                 continue
             lines.append(f"| {title} | {h['runs']}{(' (' + str(h['failed_runs']) + ' failed)') if h.get('failed_runs') else ''} | "
                          f"{fmt(h.get('p50_us'), 1)} µs | {fmt(h.get('p99_us'), 1)} µs | {fmt(h.get('p999_us'), 1)} µs | "
-                         f"{fmt(h.get('max_us'), 0)} µs |")
+                         f"{fmt(h.get('max_us'), 0)} µs | {fmt_rate(h.get('fanout_delivered_per_s'))} |")
         lines.append("")
         if hostile["attacked"].get("runs"):
             lines.append(f"The flood was still posting at the end of {hostile['attacked'].get('attack_outlasted_runs', 0)} "
