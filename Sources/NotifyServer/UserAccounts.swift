@@ -34,7 +34,7 @@ final class UserAccount {
         connections += 1
         let quota = quotas.connectionsPerUID
         guard !isExempt, connections > quota else { return nil }
-        return "uid \(uid) already has the maximum of \(quota) connections"
+        return "uid \(uid) already has the maximum of \(quota) connections (quota connections-per-uid)"
     }
 
     func releaseConnection() { connections -= 1 }
@@ -71,7 +71,7 @@ final class UserAccount {
     func subscriptionRefusal() -> String? {
         let quota = quotas.subscriptionsPerUID
         guard !isExempt, subscriptions >= quota else { return nil }
-        return "uid \(uid) already holds the maximum of \(quota) subscriptions"
+        return "uid \(uid) already holds the maximum of \(quota) subscriptions (quota subscriptions-per-uid)"
     }
 
     func releaseSubscriptions(_ count: Int, patternLabels labels: Int) {
@@ -84,7 +84,7 @@ final class UserAccount {
     /// - Returns: why the state cannot be set, or `nil`.
     func chargeStateName() -> String? {
         let quota = quotas.stateNamesPerUID
-        if !isExempt, stateNames >= quota { return "uid \(uid) already set the state of the maximum of \(quota) names" }
+        if !isExempt, stateNames >= quota { return "uid \(uid) already set the state of the maximum of \(quota) names (quota state-names-per-uid)" }
         stateNames += 1
         return nil
     }
@@ -95,7 +95,7 @@ final class UserAccount {
     func checkRetained(adding delta: Int) -> String? {
         let quota = quotas.retainedBytesPerUID
         guard !isExempt, retainedBytes + delta > quota else { return nil }
-        return "retaining this payload would exceed uid \(uid)'s quota of \(quota) retained bytes"
+        return "retaining this payload would exceed uid \(uid)'s quota of \(quota) retained bytes (quota retained-bytes-per-uid)"
     }
 
     func chargeRetained(_ delta: Int) { retainedBytes += delta }

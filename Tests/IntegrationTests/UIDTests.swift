@@ -137,7 +137,7 @@ extension Integration {
                     if error.code != .quotaExceeded || !error.closesConnection || error.requestID != 0 {
                         problems.append("connection 257: \(error)")
                     }
-                    if error.message != "uid 1001 already has the maximum of 256 connections" {
+                    if error.message != "uid 1001 already has the maximum of 256 connections (quota connections-per-uid)" {
                         problems.append("connection 257: message '\(error.message)'")
                     }
                 } else {
@@ -216,7 +216,7 @@ extension Integration {
                 let refused = try await TestClient.connect(to: path, name: "uid-1002-refused", as: uid1002)
                 let frame = try await refused.next()
                 if case .error(let error) = frame, error.code == .quotaExceeded,
-                    error.message == "uid 1002 already has the maximum of 3 connections"
+                    error.message == "uid 1002 already has the maximum of 3 connections (quota connections-per-uid)"
                 {
                 } else {
                     problems.append("the 4th connection of uid 1002: \(frame.summary)")

@@ -26,7 +26,7 @@ struct QuotaTests {
             #expect(error.code == .quotaExceeded)
             #expect(error.closesConnection)
             #expect(error.requestID == 0)
-            #expect(error.message == "uid 4201 already has the maximum of 2 connections")
+            #expect(error.message == "uid 4201 already has the maximum of 2 connections (quota connections-per-uid)")
 
             // Another uid and root are unaffected.
             _ = try await server.connect("bob-1", as: .bob)
@@ -52,7 +52,7 @@ struct QuotaTests {
             let refused = try await alice2.subscribeRefused("quota.c", id: 2)
             #expect(refused.code == .quotaExceeded)
             #expect(!refused.closesConnection)
-            #expect(refused.message == "uid 4201 already holds the maximum of 3 subscriptions")
+            #expect(refused.message == "uid 4201 already holds the maximum of 3 subscriptions (quota subscriptions-per-uid)")
             #expect(try await alice1.subscribeRefused("quota.c", id: 3).code == .quotaExceeded)
 
             let bob = try await server.connect("bob", as: .bob)

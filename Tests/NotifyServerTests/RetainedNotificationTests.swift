@@ -106,7 +106,7 @@ struct RetainedNotificationTests {
             let refused = try await alice.postRefused("quota.two", "abcdef", retain: true)
             #expect(refused.code == .quotaExceeded)
             #expect(!refused.closesConnection)
-            #expect(refused.message == "retaining this payload would exceed uid 4201's quota of 10 retained bytes")
+            #expect(refused.message == "retaining this payload would exceed uid 4201's quota of 10 retained bytes (quota retained-bytes-per-uid)")
             try await watcher.expectQuiet("a refused post is not delivered")
             #expect(try await server.status().posts == postsBefore, "a refused post takes no sequence number")
             let two = try await watcher.subscribe("quota.two", id: 2, retained: true)

@@ -102,7 +102,7 @@ struct StateValueTests {
             let refused = try await alice.setStateRefused("quota.alice.3", 3)
             #expect(refused.code == .quotaExceeded)
             #expect(!refused.closesConnection)
-            #expect(refused.message == "uid 4201 already set the state of the maximum of 2 names")
+            #expect(refused.message == "uid 4201 already set the state of the maximum of 2 names (quota state-names-per-uid)")
             let refusedAgain = try await aliceAgain.setStateRefused("quota.alice.3", 3)
             #expect(refusedAgain.code == .quotaExceeded, "the quota counts all connections of the uid together")
             #expect(try await bob.state(of: "quota.alice.3") == nil, "the refused SET_STATE stored nothing")
