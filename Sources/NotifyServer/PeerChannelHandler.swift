@@ -31,8 +31,10 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private var isFlushScheduled = false
     /// A graceful shutdown's last read is under way: what arrives is kept for ``serveReceivedFrames()``.
     private var isReadingLast = false
-    /// Frames served through the full path, posts continuing a run, and pattern nodes visited, this turn.
+    /// Requests and posts starting a run, served through the full path, posts continuing a run, and pattern
+    /// nodes visited, this turn.
     private var turnFrames = 0
+    private var turnRunStarts = 0
     private var turnRunPosts = 0
     private var turnPatternVisits = 0
 
@@ -55,10 +57,13 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         self.accumulator = FrameAccumulator(maxFrameLength: broker.configuration.limits.maxFrameLength)
     }
 
-    /// Full-path frames (requests, posts that start a run) one peer has served in one turn of the event loop;
-    /// the rest waits for the next turn, after other connections' events: a client that pipelines thousands of
-    /// subscriptions cannot hold the loop from everyone else.
+    /// Requests one peer has served in one turn of the event loop; the rest waits for the next turn, after other
+    /// connections' events: a client that pipelines thousands of subscriptions cannot hold the loop from everyone
+    /// else.
     static let framesPerTurn = 64
+    /// Posts that start a run (a post to another name than the last) served in one turn: each costs about a
+    /// name lookup and a delivery per subscriber, a fraction of a request, so more of them fit in a turn.
+    static let runStartsPerTurn = 256
     /// Posts continuing a run served in one turn (each costs about a copy of its bytes).
     static let runPostsPerTurn = 1_024
     /// Pattern trie nodes the frames of one peer may have matches visit in one turn: posts to names that many
@@ -68,6 +73,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Starts a new turn's budget.
     private func startTurn() {
         turnFrames = 0
+        turnRunStarts = 0
         turnRunPosts = 0
         turnPatternVisits = 0
     }
@@ -163,8 +169,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 // A client that does not read its replies gets no more served until it does (a write completion
                 // serves the rest): its requests, a QUERY above all, cannot grow its queue without bound.
                 if peer.isBackPressured { break }
-                if turnFrames >= Self.framesPerTurn || turnRunPosts >= Self.runPostsPerTurn
-                    || turnPatternVisits >= Self.patternVisitsPerTurn
+                if turnFrames >= Self.framesPerTurn || turnRunStarts >= Self.runStartsPerTurn
+                    || turnRunPosts >= Self.runPostsPerTurn || turnPatternVisits >= Self.patternVisitsPerTurn
                 {
                     deferServing()
                     break
@@ -179,8 +185,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                     continue
                 }
                 broker.endRun()
-                turnFrames += 1
-                peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFrames)
+                if frame.type == MessageType.post.rawValue { turnRunStarts += 1 } else { turnFrames += 1 }
+                peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFrames + turnRunStarts)
                 // A SET_STATE walks the state watchers' trie: it counts like a post's walk; a SUBSCRIBE that asks for
                 // the current values of a pattern scans every state or retained name: each entry counts as a visit.
                 let visitsBefore = broker.matchingWork

@@ -47,6 +47,35 @@ struct FairnessTests {
         }
     }
 
+    @Test("5,000 pipelined posts, each to another name: all delivered in order, at most runStartsPerTurn served per turn")
+    func postsToManyNamesAreServedInSlices() async throws {
+        try await withServer { server in
+            let subscriber = try await server.connectRaw("subscriber")
+            try await subscriber.hello()
+            try await subscriber.subscribe("many.>", id: 1, policy: .queue(limit: 10_000))
+            let poster = try await server.connectRaw("poster")
+            try await poster.hello()
+            let count = 5_000
+            var bytes = ByteBuffer()
+            for index in 1...count {
+                ClientFrame.post(.init(requestID: 0, name: "many.n\(index)", payload: ByteBuffer(string: "\(index)")))
+                    .encode(into: &bytes)
+            }
+            ClientFrame.ping(requestID: 1).encode(into: &bytes)
+            try await poster.sendBuffer(bytes)
+            guard case .pong(1) = try await poster.next() else { throw TestFailure("no PONG after the posts") }
+            for index in 1...count {
+                let notification = try await subscriber.nextNotification()
+                #expect(notification.name == "many.n\(index)", "notification \(index) out of order")
+            }
+            let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "poster" })
+            #expect(
+                entry.mostFramesInOneTurn <= PeerChannelHandler.runStartsPerTurn + 1,
+                "\(entry.mostFramesInOneTurn) posts served in one turn")
+            #expect(entry.mostFramesInOneTurn >= PeerChannelHandler.runStartsPerTurn, "the bound was never reached")
+        }
+    }
+
     @Test("a peer that closes its side while frames wait for the next turn still gets every answer, then EOF")
     func halfCloseWhileDeferred() async throws {
         try await withServer { server in
