@@ -24,7 +24,7 @@ extension NATSClient {
     ///   ``NATSClientError/noResponders(_:)`` when no one subscribes to `subject` (the server's `503` status);
     ///   ``NATSClientError/outboxFull``, ``NATSClientError/invalidSubject(_:)``,
     ///   ``NATSClientError/payloadTooLarge(size:limit:)`` or ``NATSClientError/closed``.
-    public func request(
+    package func request(
         _ subject: String, payload: ByteBuffer = ByteBuffer(), headers: NATSHeaders? = nil,
         timeout: TimeAmount = .seconds(5)
     ) async throws(NATSClientError) -> NATSMessage {

@@ -11,28 +11,28 @@ import NIOPosix
 /// and never waits for a connection: messages wait in a bounded outbox, and what does not fit is dropped and
 /// counted (``Statistics/dropped``). Subscription handlers run on the client's I/O thread, one at a time, in the
 /// order the server delivered.
-public final class NATSClient: Sendable {
+package final class NATSClient: Sendable {
     /// How the client connects.
-    public struct Configuration: Sendable {
+    package struct Configuration: Sendable {
         /// The servers to try, in order. Credentials in the first URL that has any are used for every server.
-        public var servers: [NATSServerAddress]
+        package var servers: [NATSServerAddress]
         /// The client name the server shows in its monitoring.
-        public var name: String
+        package var name: String
         /// Whether the server sends this client its own messages back (NATS's `echo`).
-        public var echo: Bool
+        package var echo: Bool
         /// How many bytes of unsent messages to keep while the server is unreachable or slow.
-        public var maxPendingBytes: Int
+        package var maxPendingBytes: Int
         /// The first reconnection delay, doubled after each round of failed attempts.
-        public var reconnectInitialDelay: TimeAmount
+        package var reconnectInitialDelay: TimeAmount
         /// The longest reconnection delay.
-        public var reconnectMaxDelay: TimeAmount
+        package var reconnectMaxDelay: TimeAmount
         /// How long one TCP connection attempt may take.
-        public var connectTimeout: TimeAmount
+        package var connectTimeout: TimeAmount
         /// How often the client pings an idle server; two pings without an answer close the connection.
-        public var pingInterval: TimeAmount
+        package var pingInterval: TimeAmount
 
         /// Creates a configuration for the given servers.
-        public init(
+        package init(
             servers: [NATSServerAddress], name: String = "notifyd", echo: Bool = true,
             maxPendingBytes: Int = 8 << 20, reconnectInitialDelay: TimeAmount = .milliseconds(50),
             reconnectMaxDelay: TimeAmount = .seconds(2), connectTimeout: TimeAmount = .seconds(2),
@@ -50,25 +50,25 @@ public final class NATSClient: Sendable {
     }
 
     /// Counters since the client was created.
-    public struct Statistics: Sendable, Equatable {
+    package struct Statistics: Sendable, Equatable {
         /// Messages handed to a connection.
-        public var published: UInt64 = 0
+        package var published: UInt64 = 0
         /// Messages dropped because the outbox was full.
-        public var dropped: UInt64 = 0
+        package var dropped: UInt64 = 0
         /// Messages handed to a connection that closed before writing them.
-        public var lostInFlight: UInt64 = 0
+        package var lostInFlight: UInt64 = 0
         /// Messages received on subscriptions.
-        public var received: UInt64 = 0
+        package var received: UInt64 = 0
         /// Connections established after the first.
-        public var reconnects: UInt64 = 0
+        package var reconnects: UInt64 = 0
         /// Connection attempts that failed.
-        public var connectFailures: UInt64 = 0
+        package var connectFailures: UInt64 = 0
         /// `-ERR` lines from servers.
-        public var serverErrors: UInt64 = 0
+        package var serverErrors: UInt64 = 0
     }
 
     /// Something that happened to the client's connection.
-    public enum Event: Sendable, Equatable {
+    package enum Event: Sendable, Equatable {
         /// Connected (or reconnected) to the server, subscriptions sent again.
         case connected(NATSServerAddress)
         /// The connection ended; the client reconnects.
@@ -78,11 +78,11 @@ public final class NATSClient: Sendable {
     }
 
     /// A subscription; cancel it to unsubscribe.
-    public struct Subscription: Sendable, Hashable {
+    package struct Subscription: Sendable, Hashable {
         /// Its subscription id on every connection.
-        public let sid: UInt64
+        package let sid: UInt64
         /// The subject (possibly with wildcards) subscribed to.
-        public let subject: String
+        package let subject: String
     }
 
     let eventLoop: any EventLoop
@@ -92,7 +92,7 @@ public final class NATSClient: Sendable {
     let state: NIOLockedValueBox<ClientState>
     let eventContinuation: AsyncStream<Event>.Continuation
     /// Events as they happen (connections, disconnections, server errors); one consumer.
-    public let events: AsyncStream<Event>
+    package let events: AsyncStream<Event>
 
     /// Creates a client and starts connecting in the background.
     ///
@@ -100,7 +100,7 @@ public final class NATSClient: Sendable {
     ///   - configuration: the servers and limits.
     ///   - eventLoopGroup: where to run; nil creates a one-thread group the client owns.
     ///   - logger: where connection changes are logged.
-    public init(configuration: Configuration, eventLoopGroup: (any EventLoopGroup)? = nil, logger: Logger? = nil) {
+    package init(configuration: Configuration, eventLoopGroup: (any EventLoopGroup)? = nil, logger: Logger? = nil) {
         precondition(!configuration.servers.isEmpty, "a NATS client needs at least one server")
         if let eventLoopGroup {
             ownedGroup = nil
@@ -118,13 +118,13 @@ public final class NATSClient: Sendable {
     }
 
     /// The counters so far.
-    public var statistics: Statistics { state.withLockedValue { $0.statistics } }
+    package var statistics: Statistics { state.withLockedValue { $0.statistics } }
 
     /// The server's largest payload (headers included), once connected; 1 MiB before.
-    public var maxPayload: Int { state.withLockedValue { $0.maxPayload } }
+    package var maxPayload: Int { state.withLockedValue { $0.maxPayload } }
 
     /// Whether the client is connected and has sent its subscriptions.
-    public var isConnected: Bool { state.withLockedValue { $0.phase.isReady } }
+    package var isConnected: Bool { state.withLockedValue { $0.phase.isReady } }
 
     /// Publishes `payload` (with `headers`, if any) to `subject`.
     ///
@@ -135,7 +135,7 @@ public final class NATSClient: Sendable {
     /// - Throws: ``NATSClientError/invalidSubject(_:)``, ``NATSClientError/payloadTooLarge(size:limit:)``,
     ///   ``NATSClientError/closed``.
     @discardableResult
-    public func publish(
+    package func publish(
         _ subject: String, payload: ByteBuffer, headers: NATSHeaders? = nil, replyTo: String? = nil
     ) throws(NATSClientError) -> Bool {
         guard NATSSubject.isValidPublishSubject(subject) else { throw .invalidSubject(subject) }
@@ -155,7 +155,7 @@ public final class NATSClient: Sendable {
     /// client's I/O thread.
     ///
     /// - Throws: ``NATSClientError/invalidSubject(_:)`` or ``NATSClientError/closed``.
-    public func subscribe(
+    package func subscribe(
         _ subject: String, queueGroup: String? = nil, handler: @escaping @Sendable (NATSMessage) -> Void
     ) throws(NATSClientError) -> Subscription {
         guard NATSSubject.isValidSubscribeSubject(subject) else { throw .invalidSubject(subject) }
@@ -169,7 +169,7 @@ public final class NATSClient: Sendable {
     }
 
     /// Ends a subscription; no handler call for it starts after the server has seen the `UNSUB`.
-    public func unsubscribe(_ subscription: Subscription) {
+    package func unsubscribe(_ subscription: Subscription) {
         state.withLockedValue { $0.removeSubscription(sid: subscription.sid) }
         scheduleFlush()
     }
@@ -178,7 +178,7 @@ public final class NATSClient: Sendable {
     ///
     /// - Throws: ``NATSClientError/timedOut(_:)`` when no answer comes within `timeout`, or
     ///   ``NATSClientError/closed``.
-    public func flush(timeout: TimeAmount = .seconds(5)) async throws {
+    package func flush(timeout: TimeAmount = .seconds(5)) async throws {
         guard state.withLockedValue({ beginOperation(&$0) }) else { throw NATSClientError.closed }
         defer { endOperation() }
         let promise = eventLoop.makePromise(of: Void.self)
@@ -194,7 +194,7 @@ public final class NATSClient: Sendable {
     /// Waits until the client is connected.
     ///
     /// - Throws: ``NATSClientError/timedOut(_:)`` or ``NATSClientError/closed``.
-    public func waitUntilConnected(timeout: TimeAmount = .seconds(10)) async throws {
+    package func waitUntilConnected(timeout: TimeAmount = .seconds(10)) async throws {
         let waiting = state.withLockedValue { state -> Result<EventLoopPromise<Void>?, NATSClientError> in
             if state.closeStarted { return .failure(.closed) }
             if state.phase.isReady { return .success(nil) }
@@ -214,7 +214,7 @@ public final class NATSClient: Sendable {
     }
 
     /// Closes the connection, stops reconnecting, and fails what waits. Unsent messages are discarded.
-    public func close() async {
+    package func close() async {
         let first = state.withLockedValue { state -> Bool in
             defer { state.closeStarted = true }
             return !state.closeStarted

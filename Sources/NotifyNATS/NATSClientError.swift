@@ -1,5 +1,5 @@
 /// Why a NATS client call failed.
-public enum NATSClientError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum NATSClientError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A server URL that cannot be read.
     case invalidURL(String)
     /// A subject that is not valid for the operation (publish: no wildcards; subscribe: wildcards as tokens).
@@ -16,7 +16,7 @@ public enum NATSClientError: Error, Equatable, Sendable, CustomStringConvertible
     case outboxFull
 
     /// One line for logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .invalidURL(let url): "invalid NATS URL '\(url)' (expected nats://[user:password@]host[:port])"
         case .invalidSubject(let subject): "invalid NATS subject '\(subject)'"

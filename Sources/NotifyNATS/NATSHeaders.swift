@@ -3,23 +3,23 @@ import NIOCore
 /// The headers of a NATS message (`HPUB`/`HMSG`): an HTTP-like block after a `NATS/1.0` status line.
 ///
 /// Names keep their case and order; lookups are case-sensitive, as NATS servers and clients treat them.
-public struct NATSHeaders: Equatable, Sendable, Sequence {
+package struct NATSHeaders: Equatable, Sendable, Sequence {
     /// The header fields in order; a name may repeat.
-    public private(set) var fields: [(name: String, value: String)] = []
+    package private(set) var fields: [(name: String, value: String)] = []
     /// The status code of the status line (`NATS/1.0 503`), if the server put one there.
-    public var status: Int?
+    package var status: Int?
 
     /// Creates an empty header block.
-    public init() {}
+    package init() {}
 
     /// Creates a header block from name–value pairs.
-    public init(_ pairs: [(String, String)]) {
+    package init(_ pairs: [(String, String)]) {
         for (name, value) in pairs { append(name, value) }
     }
 
     /// Appends a field. Names may not contain `:`, spaces or line breaks and values may not contain line breaks;
     /// such characters are dropped so the block stays well-formed.
-    public mutating func append(_ name: String, _ value: String) {
+    package mutating func append(_ name: String, _ value: String) {
         let nameIsClean = !name.utf8.contains { $0 == UInt8(ascii: ":") || $0 == 0x20 || $0 == 0x0D || $0 == 0x0A }
         let valueIsClean = !value.utf8.contains { $0 == 0x0D || $0 == 0x0A }
         if nameIsClean && valueIsClean {
@@ -32,15 +32,15 @@ public struct NATSHeaders: Equatable, Sendable, Sequence {
     }
 
     /// The first value of `name`, or nil.
-    public subscript(name: String) -> String? {
+    package subscript(name: String) -> String? {
         fields.first { $0.name == name }?.value
     }
 
     /// Iterates the fields in order.
-    public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
+    package func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
 
     /// Whether both blocks have the same status and the same fields in the same order.
-    public static func == (lhs: NATSHeaders, rhs: NATSHeaders) -> Bool {
+    package static func == (lhs: NATSHeaders, rhs: NATSHeaders) -> Bool {
         lhs.status == rhs.status && lhs.fields.elementsEqual(rhs.fields) { $0.name == $1.name && $0.value == $1.value }
     }
 

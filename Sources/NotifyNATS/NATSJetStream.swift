@@ -3,23 +3,23 @@ import NIOCore
 
 /// An error the JetStream API answered with: `{"error":{"code":404,"err_code":10059,"description":"stream not
 /// found"}}`.
-public struct NATSJetStreamAPIError: Error, Equatable, Sendable, Codable, CustomStringConvertible {
+package struct NATSJetStreamAPIError: Error, Equatable, Sendable, Codable, CustomStringConvertible {
     /// The HTTP-like status code (`404`, `400`, `503`, ...).
-    public var code: Int
+    package var code: Int
     /// JetStream's own error code (`10059`: stream not found, `10037`: no message found, ...); 0 when absent.
-    public var errorCode: Int
+    package var errorCode: Int
     /// The server's explanation, as it sent it.
-    public var description: String
+    package var description: String
 
     /// JetStream's code for "stream not found".
-    public static let streamNotFound = 10059
+    package static let streamNotFound = 10059
     /// JetStream's code for "no message found".
-    public static let noMessageFound = 10037
+    package static let noMessageFound = 10037
     /// JetStream's code for "stream name already in use" (with another configuration).
-    public static let streamNameInUse = 10058
+    package static let streamNameInUse = 10058
 
     /// Creates an error (for tests and for callers that translate errors).
-    public init(code: Int, errorCode: Int, description: String) {
+    package init(code: Int, errorCode: Int, description: String) {
         self.code = code
         self.errorCode = errorCode
         self.description = description
@@ -32,7 +32,7 @@ public struct NATSJetStreamAPIError: Error, Equatable, Sendable, Codable, Custom
     }
 
     /// Decodes the `error` object, tolerating absent fields.
-    public init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         code = try c.decodeIfPresent(Int.self, forKey: .code) ?? 0
         errorCode = try c.decodeIfPresent(Int.self, forKey: .errorCode) ?? 0

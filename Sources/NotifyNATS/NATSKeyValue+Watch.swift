@@ -3,7 +3,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 
 /// What a key-value watch delivers.
-public enum NATSKeyValueWatchEvent: Equatable, Sendable {
+package enum NATSKeyValueWatchEvent: Equatable, Sendable {
     /// A key's entry: first the current entry of every matching key, then each change as it happens.
     case entry(NATSKeyValueEntry)
     /// Every key's current entry has been delivered (once per watch, also when there were none); what follows
@@ -17,26 +17,26 @@ public enum NATSKeyValueWatchEvent: Equatable, Sendable {
 /// the last revision delivered, so no change is skipped or delivered twice. It ends with an error when the client
 /// is closed (``NATSClientError/closed``) or the bucket disappears (``NATSKeyValueError/bucketNotFound(_:)``).
 /// Call ``stop()`` (or cancel the task that iterates) to end it; merely leaving a `for` loop does not.
-public struct NATSKeyValueWatch: AsyncSequence, Sendable {
+package struct NATSKeyValueWatch: AsyncSequence, Sendable {
     /// The events.
-    public typealias Element = NATSKeyValueWatchEvent
+    package typealias Element = NATSKeyValueWatchEvent
 
     /// Iterates the events; one iterator per watch.
-    public struct AsyncIterator: AsyncIteratorProtocol {
+    package struct AsyncIterator: AsyncIteratorProtocol {
         var base: AsyncThrowingStream<NATSKeyValueWatchEvent, any Error>.AsyncIterator
 
         /// The next event, or nil once the watch was stopped.
-        public mutating func next() async throws -> NATSKeyValueWatchEvent? { try await base.next() }
+        package mutating func next() async throws -> NATSKeyValueWatchEvent? { try await base.next() }
     }
 
     let stream: AsyncThrowingStream<NATSKeyValueWatchEvent, any Error>
     let watcher: NATSKeyValueWatcher
 
     /// Makes the iterator.
-    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: stream.makeAsyncIterator()) }
+    package func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: stream.makeAsyncIterator()) }
 
     /// Ends the watch: the iteration ends, and the server-side consumer is deleted.
-    public func stop() { watcher.finish(throwing: nil) }
+    package func stop() { watcher.finish(throwing: nil) }
 }
 
 extension NATSKeyValue {
@@ -50,7 +50,7 @@ extension NATSKeyValue {
     /// the last one delivered.
     ///
     /// - Throws: ``NATSKeyValueError/invalidKey(_:)`` for a bad pattern; what creating the consumer throws.
-    public func watch(keys: String = ">") async throws -> NATSKeyValueWatch {
+    package func watch(keys: String = ">") async throws -> NATSKeyValueWatch {
         guard Self.isValidKeyPattern(keys) else { throw NATSKeyValueError.invalidKey(keys) }
         let (stream, continuation) = AsyncThrowingStream.makeStream(
             of: NATSKeyValueWatchEvent.self, throwing: (any Error).self)

@@ -3,7 +3,7 @@ import NIOCore
 
 /// Why a key-value call failed (besides ``NATSClientError`` from the connection and ``NATSJetStreamAPIError``
 /// from the server).
-public enum NATSKeyValueError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum NATSKeyValueError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A key outside `[-/_=.a-zA-Z0-9]+`, or starting or ending with `.` (the official clients' rule).
     case invalidKey(String)
     /// A bucket name outside `[-_a-zA-Z0-9]+`.
@@ -16,7 +16,7 @@ public enum NATSKeyValueError: Error, Equatable, Sendable, CustomStringConvertib
     case unexpectedResponse(String)
 
     /// One line for logs and error messages.
-    public var description: String {
+    package var description: String {
         switch self {
         case .invalidKey(let key): "invalid key-value key '\(key)'"
         case .invalidBucketName(let name): "invalid key-value bucket name '\(name)'"
@@ -28,9 +28,9 @@ public enum NATSKeyValueError: Error, Equatable, Sendable, CustomStringConvertib
 }
 
 /// One value of a key-value bucket, as a get or a watch found it.
-public struct NATSKeyValueEntry: Equatable, Sendable {
+package struct NATSKeyValueEntry: Equatable, Sendable {
     /// What the entry records.
-    public enum Operation: String, Equatable, Sendable {
+    package enum Operation: String, Equatable, Sendable {
         /// A value was put.
         case put = "PUT"
         /// The key was deleted (`KV-Operation: DEL`).
@@ -40,22 +40,22 @@ public struct NATSKeyValueEntry: Equatable, Sendable {
     }
 
     /// The bucket's name.
-    public var bucket: String
+    package var bucket: String
     /// The key.
-    public var key: String
+    package var key: String
     /// The value, byte for byte (empty for deletions).
-    public var value: ByteBuffer
+    package var value: ByteBuffer
     /// The message's headers: those the putter set, and `KV-Operation` for deletions; nil when none.
-    public var headers: NATSHeaders?
+    package var headers: NATSHeaders?
     /// The stream sequence of the entry: grows with every change to any key of the bucket.
-    public var revision: UInt64
+    package var revision: UInt64
     /// What the entry records.
-    public var operation: Operation
+    package var operation: Operation
     /// When the server stored it, if it said.
-    public var created: Date?
+    package var created: Date?
 
     /// Creates an entry (for tests and for callers that forward entries).
-    public init(
+    package init(
         bucket: String, key: String, value: ByteBuffer, headers: NATSHeaders? = nil, revision: UInt64,
         operation: Operation = .put, created: Date? = nil
     ) {
@@ -89,9 +89,9 @@ public struct NATSKeyValueEntry: Equatable, Sendable {
 /// messages with a `KV-Operation: DEL` header.
 ///
 /// Get one with ``NATSClient/keyValue(bucket:createIfMissing:storage:timeout:)``.
-public struct NATSKeyValue: Sendable {
+package struct NATSKeyValue: Sendable {
     /// Where a bucket keeps its values.
-    public enum Storage: String, Sendable {
+    package enum Storage: String, Sendable {
         /// On disk: values survive a server restart.
         case file
         /// In memory.
@@ -99,12 +99,12 @@ public struct NATSKeyValue: Sendable {
     }
 
     /// The header that marks deletions and purges.
-    public static let operationHeader = "KV-Operation"
+    package static let operationHeader = "KV-Operation"
 
     /// The bucket's name.
-    public let bucket: String
+    package let bucket: String
     /// The stream behind it: `KV_<bucket>`.
-    public let streamName: String
+    package let streamName: String
     let jetStream: NATSJetStream
     /// `$KV.<bucket>.`: the key follows.
     let subjectPrefix: String
@@ -120,14 +120,14 @@ public struct NATSKeyValue: Sendable {
     }
 
     /// Whether `key` is a valid key: `[-/_=.a-zA-Z0-9]+`, not starting or ending with `.`.
-    public static func isValidKey(_ key: String) -> Bool {
+    package static func isValidKey(_ key: String) -> Bool {
         guard let first = key.utf8.first, let last = key.utf8.last else { return false }
         if first == UInt8(ascii: ".") || last == UInt8(ascii: ".") { return false }
         return key.utf8.allSatisfy(isKeyByte)
     }
 
     /// Whether `keys` is a valid watch pattern: a valid key, or one with `*` tokens and a final `>` token.
-    public static func isValidKeyPattern(_ keys: String) -> Bool {
+    package static func isValidKeyPattern(_ keys: String) -> Bool {
         guard NATSSubject.isValidSubscribeSubject(keys) else { return false }
         return keys.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).allSatisfy { token in
             token.elementsEqual("*".utf8) || token.elementsEqual(">".utf8) || token.allSatisfy(isKeyByte)
@@ -135,7 +135,7 @@ public struct NATSKeyValue: Sendable {
     }
 
     /// Whether `name` is a valid bucket name: `[-_a-zA-Z0-9]+`.
-    public static func isValidBucketName(_ name: String) -> Bool {
+    package static func isValidBucketName(_ name: String) -> Bool {
         !name.isEmpty && name.utf8.allSatisfy { isAlphanumeric($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
     }
 
@@ -180,21 +180,21 @@ public struct NATSKeyValue: Sendable {
     /// - Throws: ``NATSKeyValueError/invalidKey(_:)``; ``NATSClientError`` (``NATSClientError/noResponders(_:)``
     ///   when the bucket's stream is gone); ``NATSJetStreamAPIError`` when the server refuses it.
     @discardableResult
-    public func put(_ key: String, value: ByteBuffer, headers: NATSHeaders? = nil) async throws -> UInt64 {
+    package func put(_ key: String, value: ByteBuffer, headers: NATSHeaders? = nil) async throws -> UInt64 {
         guard Self.isValidKey(key) else { throw NATSKeyValueError.invalidKey(key) }
         return try await jetStream.publish(subjectPrefix + key, payload: value, headers: headers).seq
     }
 
     /// Puts `value` under `key`, as the `ByteBuffer` variant.
     @discardableResult
-    public func put(_ key: String, value: [UInt8], headers: NATSHeaders? = nil) async throws -> UInt64 {
+    package func put(_ key: String, value: [UInt8], headers: NATSHeaders? = nil) async throws -> UInt64 {
         try await put(key, value: ByteBuffer(bytes: value), headers: headers)
     }
 
     /// The current entry of `key`, or nil when it has none or was deleted or purged.
     ///
     /// - Throws: ``NATSKeyValueError/invalidKey(_:)``, ``NATSClientError``, ``NATSJetStreamAPIError``.
-    public func get(_ key: String) async throws -> NATSKeyValueEntry? {
+    package func get(_ key: String) async throws -> NATSKeyValueEntry? {
         guard Self.isValidKey(key) else { throw NATSKeyValueError.invalidKey(key) }
         let subject = subjectPrefix + key
         guard let message = try await jetStream.lastMessage(stream: streamName, subject: subject, direct: direct),
@@ -212,7 +212,7 @@ public struct NATSKeyValue: Sendable {
     /// - Returns: the deletion's revision.
     /// - Throws: as `put(_:value:headers:)`.
     @discardableResult
-    public func delete(_ key: String) async throws -> UInt64 {
+    package func delete(_ key: String) async throws -> UInt64 {
         guard Self.isValidKey(key) else { throw NATSKeyValueError.invalidKey(key) }
         let headers = NATSHeaders([(Self.operationHeader, "DEL")])
         return try await jetStream.publish(subjectPrefix + key, payload: ByteBuffer(), headers: headers).seq
@@ -231,7 +231,7 @@ extension NATSClient {
     /// - Throws: ``NATSKeyValueError/invalidBucketName(_:)``, ``NATSKeyValueError/bucketNotFound(_:)``,
     ///   ``NATSKeyValueError/badBucket(_:)``; ``NATSClientError/noResponders(_:)`` when the server has no
     ///   JetStream; ``NATSJetStreamAPIError``.
-    public func keyValue(
+    package func keyValue(
         bucket: String, createIfMissing: Bool = true, storage: NATSKeyValue.Storage = .file,
         timeout: TimeAmount = .seconds(5)
     ) async throws -> NATSKeyValue {

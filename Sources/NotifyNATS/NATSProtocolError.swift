@@ -1,5 +1,5 @@
 /// What is wrong with bytes a NATS server sent. The connection is closed and reopened after any of them.
-public enum NATSProtocolError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum NATSProtocolError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A control line longer than the limit without a line end.
     case controlLineTooLong(Int)
     /// An operation the client does not know.
@@ -16,7 +16,7 @@ public enum NATSProtocolError: Error, Equatable, Sendable, CustomStringConvertib
     case messageTooLarge(Int, limit: Int)
 
     /// One line for logs.
-    public var description: String {
+    package var description: String {
         switch self {
         case .controlLineTooLong(let limit): "a control line longer than \(limit) bytes"
         case .unknownOperation(let op): "unknown operation '\(op)'"

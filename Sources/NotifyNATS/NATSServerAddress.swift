@@ -1,23 +1,23 @@
 import Foundation
 
 /// Where a NATS server listens, and the credentials its URL carries.
-public struct NATSServerAddress: Hashable, Sendable, CustomStringConvertible {
+package struct NATSServerAddress: Hashable, Sendable, CustomStringConvertible {
     /// Host name or address.
-    public var host: String
+    package var host: String
     /// TCP port (4222 unless the URL says otherwise).
-    public var port: Int
+    package var port: Int
     /// User name from `nats://user:pass@host`.
-    public var user: String?
+    package var user: String?
     /// Password from `nats://user:pass@host`.
-    public var password: String?
+    package var password: String?
     /// Token from `nats://token@host`.
-    public var token: String?
+    package var token: String?
 
     /// Parses `nats://[user:password@|token@]host[:port]`; the scheme may be left out.
     ///
     /// - Throws: ``NATSClientError/invalidURL(_:)`` when the host or port is missing or unreadable, or the
     ///   scheme is not `nats` (TLS, `tls://`, is not supported).
-    public init(url: String) throws(NATSClientError) {
+    package init(url: String) throws(NATSClientError) {
         var rest = Substring(url)
         if let schemeEnd = rest.range(of: "://") {
             guard rest[..<schemeEnd.lowerBound] == "nats" else { throw .invalidURL(url) }
@@ -55,13 +55,13 @@ public struct NATSServerAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Creates an address without credentials.
-    public init(host: String, port: Int) {
+    package init(host: String, port: Int) {
         self.host = host
         self.port = port
     }
 
     /// `host:port`, without credentials (safe to log).
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    package var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }
 
 extension String {

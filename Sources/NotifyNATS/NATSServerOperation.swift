@@ -17,20 +17,20 @@ package enum NATSServerOperation: Equatable, Sendable {
 }
 
 /// A message received on a subscription.
-public struct NATSMessage: Equatable, Sendable {
+package struct NATSMessage: Equatable, Sendable {
     /// The subject it was published to.
-    public var subject: String
+    package var subject: String
     /// The subscription id it was delivered for.
-    public var sid: UInt64
+    package var sid: UInt64
     /// The reply subject, if the publisher gave one.
-    public var replyTo: String?
+    package var replyTo: String?
     /// Its headers (`HMSG`), or nil for a plain `MSG`.
-    public var headers: NATSHeaders?
+    package var headers: NATSHeaders?
     /// The payload, byte for byte.
-    public var payload: ByteBuffer
+    package var payload: ByteBuffer
 
     /// Creates a message (for tests and for callers that forward messages).
-    public init(subject: String, sid: UInt64, replyTo: String? = nil, headers: NATSHeaders? = nil, payload: ByteBuffer) {
+    package init(subject: String, sid: UInt64, replyTo: String? = nil, headers: NATSHeaders? = nil, payload: ByteBuffer) {
         self.subject = subject
         self.sid = sid
         self.replyTo = replyTo
@@ -40,19 +40,19 @@ public struct NATSMessage: Equatable, Sendable {
 }
 
 /// The fields of a server's `INFO` the client uses. Unknown fields are ignored.
-public struct NATSServerInfo: Codable, Equatable, Sendable {
+package struct NATSServerInfo: Codable, Equatable, Sendable {
     /// The server's unique id.
-    public var serverID: String
+    package var serverID: String
     /// The largest payload the server accepts, in bytes.
-    public var maxPayload: Int
+    package var maxPayload: Int
     /// Whether the server understands `HPUB`/`HMSG`.
-    public var headers: Bool
+    package var headers: Bool
     /// Whether the server requires credentials.
-    public var authRequired: Bool
+    package var authRequired: Bool
     /// Other servers of the cluster the client may reconnect to (`host:port`).
-    public var connectURLs: [String]
+    package var connectURLs: [String]
     /// The protocol level the server speaks.
-    public var proto: Int
+    package var proto: Int
 
     enum CodingKeys: String, CodingKey {
         case serverID = "server_id"
@@ -64,7 +64,7 @@ public struct NATSServerInfo: Codable, Equatable, Sendable {
     }
 
     /// Creates an info record (for tests).
-    public init(
+    package init(
         serverID: String, maxPayload: Int = 1_048_576, headers: Bool = true, authRequired: Bool = false,
         connectURLs: [String] = [], proto: Int = 1
     ) {
@@ -77,7 +77,7 @@ public struct NATSServerInfo: Codable, Equatable, Sendable {
     }
 
     /// Decodes an `INFO` document, tolerating every field being absent except the server id.
-    public init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         serverID = try c.decodeIfPresent(String.self, forKey: .serverID) ?? ""
         maxPayload = try c.decodeIfPresent(Int.self, forKey: .maxPayload) ?? 1_048_576

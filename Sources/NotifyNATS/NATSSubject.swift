@@ -1,18 +1,18 @@
 /// NATS subject rules as the server applies them: `.`-separated tokens, none empty, no white space; `*` (one
 /// token) and `>` (one or more trailing tokens) as whole tokens are wildcards, allowed only when subscribing.
-public enum NATSSubject {
+package enum NATSSubject {
     /// Whether `subject` may be published to: well-formed and without wildcards.
-    public static func isValidPublishSubject(_ subject: String) -> Bool {
+    package static func isValidPublishSubject(_ subject: String) -> Bool {
         isWellFormed(subject, wildcards: false)
     }
 
     /// Whether `subject` may be subscribed to: well-formed, `*` anywhere as a token, `>` only as the last token.
-    public static func isValidSubscribeSubject(_ subject: String) -> Bool {
+    package static func isValidSubscribeSubject(_ subject: String) -> Bool {
         isWellFormed(subject, wildcards: true)
     }
 
     /// Whether the published `subject` is delivered to a subscription on `pattern`, by NATS's rule.
-    public static func matches(subject: String, pattern: String) -> Bool {
+    package static func matches(subject: String, pattern: String) -> Bool {
         let names = subject.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         let patterns = pattern.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         for (index, token) in patterns.enumerated() {

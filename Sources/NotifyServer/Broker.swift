@@ -83,6 +83,11 @@ final class Broker {
         index.invalidateRoutes()
     }
 
+    /// The exact subscribers of `name`, if any (a post looks its name up once: the peer's checks and the
+    /// fan-out share this answer).
+    @inline(__always)
+    func exactSubscribers(of name: String) -> SubscriberIndex.Subscribers? { index.exactSubscribers(of: name) }
+
     /// What matching has cost so far (a wrapping count of pattern trie nodes visited and store entries scanned),
     /// charged to the connection whose frame caused it.
     var matchingWork: Int {

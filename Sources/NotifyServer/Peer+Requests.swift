@@ -164,7 +164,7 @@ extension Peer {
         }
         // A name with exact subscribers passed the grammar when it was subscribed; others need checking. The
         // lookup is handed on to the broker, so a post looks its name up once.
-        let subscribers = broker.index.exactSubscribers(of: post.name)
+        let subscribers = broker.exactSubscribers(of: post.name)
         if subscribers == nil, let problem = invalidNameReason(post.name) {
             reject(post.requestID, .invalidName, problem)
             return

@@ -176,28 +176,24 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                     break
                 }
                 guard var frame = try accumulator.nextRawFrame() else { break }
-                // A post that continues this peer's run of posts to one name needs no decoding or checks beyond
-                // its size: the first post of the run passed them all (see PostRun).
-                if frame.type == MessageType.post.rawValue,
-                    broker.appendToRun(ifContinuedBy: peer, body: frame.body, maxPayload: maxPayload)
-                {
+                switch try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload) {
+                case .runPost:
                     turnRunPosts += 1
                     continue
+                case .runStart(let visits):
+                    turnRunStarts += 1
+                    turnPatternVisits += visits
+                case .request(let visits):
+                    turnFrames += 1
+                    turnPatternVisits += visits
                 }
-                broker.endRun()
-                if frame.type == MessageType.post.rawValue { turnRunStarts += 1 } else { turnFrames += 1 }
                 peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFrames + turnRunStarts)
-                // A SET_STATE walks the state watchers' trie: it counts like a post's walk; a SUBSCRIBE that asks for
-                // the current values of a pattern scans every state or retained name: each entry counts as a visit.
-                let visitsBefore = broker.matchingWork
-                peer.handle(try ClientFrame.decode(type: frame.type, body: &frame.body))
-                turnPatternVisits += broker.matchingWork &- visitsBefore
             }
         } catch {
-            broker.endRun()
+            peer.endServing()
             peer.fail(error.code, error.description)
         }
-        broker.endRun()
+        peer.endServing()
     }
 
     /// Serves the frames left over at the next turn of the event loop, after it has polled for other
