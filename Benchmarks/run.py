@@ -422,7 +422,7 @@ class DbusDaemon(System):
 
 
 class DbusBroker(System):
-    """A private dbus-broker (DESIGN.md, "Known facts"): dbus-broker-launch under systemd-socket-activate, with a
+    """A private dbus-broker: dbus-broker-launch under systemd-socket-activate, with a
     throwaway user bus (dbus-daemon) and a journal datagram socket for the launcher to talk to."""
     key, label, driver, client, server = "dbus-broker", "dbus-broker (sd-bus)", "dbus", "c", "dbus-broker"
     JOURNAL = "/run/systemd/journal/socket"

@@ -19,15 +19,9 @@ extension CenterCore {
             let core = added.core
             guard !isLocal, state.channel != nil else { return (core, false) }
             let wantsCurrent = options.receivesCurrentValue
-            if !added.isNewSubscription && !wantsCurrent { return (core, false) }
-            var subscriptionID = added.subscriptionID
-            var probe: UInt32?
-            if !added.isNewSubscription {
-                // An existing subscription cannot fetch the current value for one new observation: a short-lived
-                // extra subscription does, atomically with its registration in the daemon.
-                subscriptionID = state.registry.makeSubscriptionID()
-                probe = subscriptionID
-            }
+            // A probe fetches the current value atomically with its registration in the daemon.
+            guard let (subscriptionID, probe) = state.registry.subscribeRequest(for: added, wantsCurrent: wantsCurrent)
+            else { return (core, false) }
             let request: PendingRequests.Request
             if wantsCurrent {
                 core.beginWaitingForCurrentValue()

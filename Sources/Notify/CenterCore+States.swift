@@ -22,14 +22,8 @@ extension CenterCore {
             }
             let core = added.core
             guard state.channel != nil else { return (core, false) }
-            if !added.isNewSubscription && !sendingCurrent { return (core, false) }
-            var subscriptionID = added.subscriptionID
-            var probe: UInt32?
-            if !added.isNewSubscription {
-                // As for notifications: a short-lived extra subscription fetches the current values for this one.
-                subscriptionID = state.registry.makeSubscriptionID()
-                probe = subscriptionID
-            }
+            guard let (subscriptionID, probe) = state.registry.subscribeRequest(for: added, wantsCurrent: sendingCurrent)
+            else { return (core, false) }
             let schedule = state.sendStateSubscription(
                 pattern: patternText, subscriptionID: subscriptionID, sendingCurrentTo: sendingCurrent ? [core] : [],
                 probe: probe)

@@ -47,6 +47,16 @@ struct ObservationRegistry: Sendable {
         var isNewSubscription: Bool
     }
 
+    /// The `SUBSCRIBE` an added observation needs, if any: its subscription's, when the daemon does not know it
+    /// yet; a short-lived extra subscription (`probe`), when an existing subscription cannot fetch the current
+    /// value for one new observation; none otherwise.
+    mutating func subscribeRequest(for added: Added, wantsCurrent: Bool) -> (subscriptionID: UInt32, probe: UInt32?)? {
+        if added.isNewSubscription { return (added.subscriptionID, nil) }
+        guard wantsCurrent else { return nil }
+        let probe = makeSubscriptionID()
+        return (probe, probe)
+    }
+
     /// Registers the observation `make` builds from its id and staging slot.
     mutating func add(
         _ pattern: NotificationPattern, key: SubscriptionKey, make: (_ id: UInt64, _ stagingSlot: Int) -> ObservationCore

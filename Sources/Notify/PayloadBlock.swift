@@ -1,7 +1,7 @@
 /// The payloads of notifications as they are read, copied back to back into one allocation.
 ///
-/// A notification's payload used to be an array of its own: a heap allocation per notification on the I/O
-/// thread, freed on the handler's thread. A block holds ``standardCapacity`` bytes of payloads (or one larger
+/// An array per payload would be a heap allocation per notification on the I/O thread, freed on the handler's
+/// thread. A block holds ``standardCapacity`` bytes of payloads (or one larger
 /// payload) and each ``ReceivedNotification`` keeps a reference to it with its range; the array is only made if
 /// a handler asks for ``ReceivedNotification/payload``. The block is freed with the last notification
 /// referring to it, so keeping a notification keeps at most one block's bytes alive.
