@@ -22,7 +22,7 @@ extension Notifyctl {
                         ?? [:]
                     object["bridges"] = bridges.map(\.object)
                     let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
-                    StandardStreams.output(String(decoding: data, as: UTF8.self))
+                    StandardStreams.output(JSONOutput.text(of: data))
                 } else {
                     let rows: [(String, String)] = [
                         ("version", status.version), ("instance", status.instanceID), ("pid", "\(status.pid)"),
@@ -153,15 +153,43 @@ func pad(_ value: some BinaryInteger, _ width: Int) -> String {
     return String(repeating: " ", count: max(0, width - text.count)) + text
 }
 
-/// JSON output with sorted keys, one document per line.
+/// JSON output with sorted keys, one document per line, safe on a terminal.
 enum JSONOutput {
     static func encode<T: Encodable>(_ value: T) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
+        return terminalSafe(String(decoding: try encoder.encode(value), as: UTF8.self))
     }
 
     static func string(_ text: String) throws -> String { try encode(text) }
+
+    /// A document made by `JSONSerialization`, safe on a terminal.
+    static func text(of data: Data) -> String { terminalSafe(String(decoding: data, as: UTF8.self)) }
+
+    /// `json` with what the encoders leave raw but a terminal acts on — DEL and the C1 controls (U+0080–U+009F, a
+    /// C1 CSI starts an escape sequence), the bidirectional overrides and isolates, the line and paragraph
+    /// separators — written as `\uXXXX`. They can only occur inside strings, where that escape means the same.
+    static func terminalSafe(_ json: String) -> String {
+        guard json.unicodeScalars.contains(where: needsEscape) else { return json }
+        var result = ""
+        result.unicodeScalars.reserveCapacity(json.unicodeScalars.count)
+        for scalar in json.unicodeScalars {
+            if needsEscape(scalar) {
+                let hex = String(scalar.value, radix: 16)
+                result += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            } else {
+                result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x7F..<0xA0, 0x202A...0x202E, 0x2066...0x2069, 0x2028, 0x2029: true
+        default: false
+        }
+    }
 }
 
 /// What each `notifyd-bridge` on this daemon last reported: the retained notifications under

@@ -148,7 +148,7 @@ struct LineFormatter {
                 object["payload_hex"] = hex(notification.payload)
             }
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
-            return String(decoding: data, as: UTF8.self)
+            return JSONOutput.text(of: data)
         }
         let payload = notification.payloadString.map { $0.isEmpty ? "" : " " + TerminalText.escaped($0) }
             ?? " (hex) " + hex(notification.payload)

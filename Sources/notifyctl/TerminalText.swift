@@ -2,8 +2,8 @@
 ///
 /// Client names, commands, payloads and names are chosen by other users: an escape sequence in one could
 /// repaint or retitle the terminal of the root user who runs `notifyctl clients`, and a newline could forge a
-/// table row. Every such string goes through ``escaped(_:)`` before it is printed as text (JSON output is
-/// escaped by its encoder).
+/// table row. Every such string goes through ``escaped(_:)`` before it is printed as text (JSON output through
+/// ``JSONOutput/terminalSafe(_:)``, which escapes what the JSON encoders leave raw).
 enum TerminalText {
     /// `text` with C0 and C1 control characters, DEL, and the bidirectional overrides that reorder what
     /// follows them, shown as escapes (`\n`, `\t`, `\r`, `\\`, `\u{1b}`): one line, nothing the terminal acts on.

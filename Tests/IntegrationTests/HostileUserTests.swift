@@ -178,6 +178,17 @@ extension Integration {
                     clients.stdoutLines.contains {
                         $0.contains(#"(evil\u{1b}]0;pwned\u{7}\u{1b}[2J\n  4242"#) && $0.hasSuffix(#"(root)\u{9b}31m\u{202e}x)"#)
                     }, "\(output)")
+
+                // JSON too: the encoder escapes C0 controls itself; C1 controls and bidi overrides are escaped as
+                // \uXXXX, and the document still decodes to the client's name as it is.
+                let json = try await scope.run(.notifyctl, ["clients", "--json", "--socket", scope.socketPath])
+                #expect(json.termination == .exited(0), "\(json.diagnostics)")
+                let jsonText = json.stdoutLines.joined(separator: "\n")
+                for forbidden: Unicode.Scalar in ["\u{1b}", "\u{07}", "\u{9b}", "\u{202e}"] {
+                    #expect(!jsonText.unicodeScalars.contains(forbidden), "U+\(String(forbidden.value, radix: 16)) reached stdout: \(jsonText)")
+                }
+                let decoded = try JSONSerialization.jsonObject(with: Data(jsonText.utf8)) as? [[String: Any]]
+                #expect(decoded?.contains { $0["client_name"] as? String == hostile } == true, "\(jsonText)")
                 try await scope.stopDaemon(daemon)
             }
         }
@@ -202,6 +213,30 @@ extension Integration {
                 #expect(json.termination == .exited(0), "\(json.diagnostics)")
                 let decoded = try JSONSerialization.jsonObject(with: Data(json.stdoutLines.joined().utf8)) as? [[String: Any]]
                 #expect(decoded?.count == names.count)
+                try await scope.stopDaemon(daemon)
+            }
+        }
+
+        @Test("clients lists every connection when the answer is longer than a frame: 400 connections of another user with 255-byte names")
+        func clientsLongerThanAFrame() async throws {
+            try await withIntegrationScope { scope in
+                let daemon = try await Self.startDaemon(scope, configuration: "quota connections-per-uid 500\n")
+                var connections: [TestClient] = []
+                let names = (0..<400).map { String(repeating: "c", count: 250) + String(10_000 + $0) }
+                for name in names {
+                    let connection = try await TestClient.connect(to: scope.socketPath, name: name, as: Self.attacker)
+                    try await connection.hello()
+                    connections.append(connection)
+                }
+                let listing = try await scope.run(.notifyctl, ["clients", "--json", "--socket", scope.socketPath])
+                #expect(listing.termination == .exited(0), "\(listing.diagnostics)")
+                let decoded = try JSONSerialization.jsonObject(with: Data(listing.stdoutLines.joined().utf8)) as? [[String: Any]]
+                let listed = Set((decoded ?? []).compactMap { $0["client_name"] as? String })
+                #expect(listed.isSuperset(of: names), "\(names.filter { !listed.contains($0) }.count) of bob's 400 connections missing")
+                let text = try await scope.run(.notifyctl, ["clients", "--socket", scope.socketPath])
+                #expect(text.termination == .exited(0), "\(text.diagnostics)")
+                #expect(text.stdoutLines.filter { $0.contains(String(repeating: "c", count: 250)) }.count == names.count)
+                for connection in connections { await connection.close() }
                 try await scope.stopDaemon(daemon)
             }
         }
