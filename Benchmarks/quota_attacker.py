@@ -52,8 +52,12 @@ class Connection:
 got = {}
 connections = []
 while len(connections) < 1024:
-    c = Connection()
-    first = c.read()
+    try:
+        c = Connection()
+        first = c.read()
+    except OSError:
+        # Refused: the daemon closed it with its ERROR unread behind our HELLO, which Linux reports as a reset.
+        break
     if first is None or first[0] != 0x81:
         break
     connections.append(c)

@@ -158,6 +158,72 @@ extension Integration {
             }
         }
 
+        @Test("a real process of another user (Benchmarks/quota_attacker.py as uid 65534, through setpriv) takes every quota; alice's notifications all arrive in order; killed, its connections and subscriptions go")
+        func quotaAttackerProcess() async throws {
+            try await withIntegrationScope { scope in
+                let daemon = try await Self.startDaemon(
+                    scope,
+                    configuration: """
+                        quota connections-per-uid 6
+                        quota subscriptions-per-uid 100
+                        quota pattern-labels-per-uid 256
+                        quota state-names-per-uid 40
+                        quota retained-bytes-per-uid 200000
+                        """)
+                let path = scope.socketPath
+                let root = try await TestClient.connect(to: path, name: "root-watcher")
+                try await root.hello()
+                let baseline = try await root.query(DaemonStatus.self, .status)
+
+                // The attacker's script and its wire helpers, where uid 65534 can read them (the scope's directory).
+                let benchmarks = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                    .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Benchmarks")
+                for file in ["quota_attacker.py", "wire.py"] {
+                    let copy = scope.directory + "/" + file
+                    try FileManager.default.copyItem(atPath: benchmarks.appendingPathComponent(file).path, toPath: copy)
+                    guard chmod(copy, 0o644) == 0 else { throw TestFailure("chmod \(copy) failed") }
+                }
+                let attacker = try ChildProcess(
+                    executable: URL(fileURLWithPath: "/usr/bin/setpriv"),
+                    arguments: ["--reuid=65534", "--regid=65534", "--clear-groups", "--", "/usr/bin/python3",
+                                scope.directory + "/quota_attacker.py", path])
+                let line = try await attacker.waitForLine(containing: "{", on: .stdout, timeout: 60)
+                let taken = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Int] ?? [:]
+                // Every quota to the brim: 100 subscriptions in all (the script's first "pattern" has no wildcard: an
+                // exact name, which costs no labels; 16 patterns of 16 labels fill the 256), 40 state names, three
+                // retained payloads of 60,000 bytes.
+                #expect(
+                    taken == ["connections": 6, "pattern_subscriptions": 17, "exact_subscriptions": 83, "state_names": 40,
+                              "retained_posts": 3], "what the attacker got: \(line)\n\(attacker.diagnostics)")
+
+                let subscriber = try await TestClient.connect(to: path, name: "alice-subscriber", as: Self.victim)
+                try await subscriber.hello()
+                try await subscriber.subscribe("alice.news", id: 1, policy: .queue(limit: 1_000))
+                let poster = try await TestClient.connect(to: path, name: "alice-poster", as: Self.victim)
+                try await poster.hello()
+                let posts = 300
+                for index in 1...posts { _ = try await poster.post("alice.news", "\(index)") }
+                var received: [String] = []
+                while received.count < posts {
+                    received.append(String(buffer: try await subscriber.nextNotification(timeout: .seconds(60)).payload))
+                }
+                #expect(received == (1...posts).map { "\($0)" }, "alice's subscriber got \(received.count) of \(posts), or out of order")
+                let names = try await scope.run(.notifyctl, ["names", "--socket", path])
+                #expect(names.termination == .exited(0) && names.stdoutLines.contains { $0.hasSuffix(" alice.news") }, "\(names.diagnostics)")
+
+                attacker.send(SIGKILL)
+                _ = try await attacker.waitForExit()
+                let after = try await poll("the attacker's connections and subscriptions to be gone", timeout: 30) {
+                    () throws -> DaemonStatus? in
+                    let status = try await root.query(DaemonStatus.self, .status)
+                    return status.connections == baseline.connections + 2 ? status : nil
+                }
+                #expect(after.subscriptions == baseline.subscriptions + 1, "\(after.subscriptions) subscriptions left")
+                #expect(after.patterns == baseline.patterns, "\(after.patterns) patterns left")
+                try await scope.stopDaemon(daemon)
+            }
+        }
+
         @Test("another user's client name is printed escaped by root's notifyctl clients: no escape sequence and no forged row reach the terminal")
         func hostileClientNameEscaped() async throws {
             try await withIntegrationScope { scope in
