@@ -94,19 +94,19 @@ extension Integration {
         /// `notifyctl status --json`, asked until it reports `connections` open connections: notifyctl processes that
         /// have exited close their connections, and the daemon notices that on its own time (nothing replies to it).
         static func statusOnceSettled(_ scope: IntegrationScope, connections: Int) async throws -> JSONObject {
-            let deadline = ContinuousClock.now + .seconds(20)
-            while true {
+            var last = ""
+            let settled = try await poll(
+                "the daemon to report \(connections) connections (it last reported: \(last))", timeout: 20,
+                interval: .milliseconds(50)
+            ) {
                 let status = try await scope.run(.notifyctl, ["status", "--json", "--socket", scope.socketPath])
                 guard status.termination == .exited(0), let line = status.stdoutLines.first else {
                     throw TestFailure("notifyctl status --json failed\n\(status.diagnostics)")
                 }
-                let object = try JSONObject(line: line)
-                if try object.int("connections") == connections { return object }
-                if ContinuousClock.now > deadline {
-                    throw TestFailure("the daemon still reports \(try object.int("connections")) connections, expected \(connections): \(line)")
-                }
-                try await Task.sleep(for: .milliseconds(50))
+                last = line
+                return try JSONObject(line: line).int("connections") == connections ? line : nil
             }
+            return try JSONObject(line: settled)
         }
 
         @Test("notifyctl status, names [PATTERN] and clients with --json")

@@ -54,19 +54,15 @@ package final class ServiceManagerSocket: @unchecked Sendable {
     package func waitForMessage(
         _ what: String, timeout: Double = 20, matching matches: (String) -> Bool
     ) async throws -> (message: String, earlier: [String]) {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1_000))
         var earlier: [String] = []
-        while true {
+        let message = try await poll("\(what) on NOTIFY_SOCKET; received: \(earlier)", timeout: .seconds(timeout)) {
             for message in drain() {
-                if matches(message) { return (message, earlier) }
+                if matches(message) { return message }
                 earlier.append(message)
             }
-            if ContinuousClock.now >= deadline {
-                throw TestFailure(
-                    "timed out after \(timeout) s waiting for \(what) on NOTIFY_SOCKET; received: \(earlier)")
-            }
-            try await Task.sleep(for: .milliseconds(10))
+            return nil
         }
+        return (message, earlier)
     }
 
     /// Everything that arrives during the next `seconds` (an observation window, not a correctness delay).

@@ -26,12 +26,17 @@ package enum TestScale {
     package static func timeout(_ seconds: Double) -> Double { isSanitized ? seconds * 6 : seconds }
 }
 
-extension TimeAmount {
-    /// The amount in seconds, for messages.
+extension Duration {
+    /// The duration in seconds, for messages.
     package var secondsDescription: String {
-        let seconds = Double(nanoseconds) / 1e9
+        let seconds = Double(components.seconds) + Double(components.attoseconds) / 1e18
         return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
     }
+}
+
+extension TimeAmount {
+    /// The amount in seconds, for messages.
+    package var secondsDescription: String { Duration.nanoseconds(nanoseconds).secondsDescription }
 }
 
 extension NotificationFrame {
@@ -142,6 +147,27 @@ package func withTimeout<T: Sendable>(
             try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
             if once.resume(with: .failure(TestFailure("timed out after \(seconds) s: \(what)"))) { work.cancel() }
         }
+    }
+}
+
+/// Calls `check` every `interval` until it returns a value, and returns that; fails with a ``TestFailure`` naming
+/// `what` once `timeout` has passed (`what` is evaluated then, so it may describe the last thing `check` saw).
+/// `check` may throw to fail early.
+///
+/// The one polling loop of the tests, for effects nothing replies to or signals (a thread ending, a process's
+/// output, a peer noticing a closed connection); where there is a reply, a barrier or an event to wait on, wait on
+/// that instead. The timeout is taken as given (not scaled by ``TestScale``).
+package func poll<T: Sendable>(
+    _ what: @autoclosure () -> String, timeout: Duration, interval: Duration = .milliseconds(10),
+    _ check: () async throws -> T?
+) async throws -> T {
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        if let result = try await check() { return result }
+        if ContinuousClock.now >= deadline {
+            throw TestFailure("timed out after \(timeout.secondsDescription) waiting for \(what())")
+        }
+        try await Task.sleep(for: interval)
     }
 }
 

@@ -156,7 +156,7 @@ package final class TestServer: Sendable {
     package func waitForSnapshot(
         _ what: String, timeout: TimeAmount = defaultTimeout, _ condition: (ServerSnapshot) -> Bool
     ) async throws -> ServerSnapshot {
-        try await poll("the snapshot to show \(what)", timeout: timeout, { try await self.snapshot() }, condition)
+        try await pollUntil("the snapshot to show \(what)", timeout: timeout, { try await self.snapshot() }, condition)
     }
 
     /// Polls the status until `condition` holds; fails after `timeout`. Only for effects nothing replies to.
@@ -164,20 +164,20 @@ package final class TestServer: Sendable {
     package func waitForStatus(
         _ what: String, timeout: TimeAmount = defaultTimeout, _ condition: (DaemonStatus) -> Bool
     ) async throws -> DaemonStatus {
-        try await poll("the server status to show \(what)", timeout: timeout, { try await self.status() }, condition)
+        try await pollUntil("the server status to show \(what)", timeout: timeout, { try await self.status() }, condition)
     }
 
-    private func poll<Value>(
+    private func pollUntil<Value: Sendable>(
         _ what: String, timeout: TimeAmount, _ read: () async throws -> Value, _ condition: (Value) -> Bool
     ) async throws -> Value {
-        let deadline = NIODeadline.now() + timeout
-        while true {
+        var last: Value?
+        return try await poll(
+            "\(what): \(last.map { "\($0)" } ?? "nothing read")", timeout: .nanoseconds(timeout.nanoseconds),
+            interval: .milliseconds(5)
+        ) {
             let value = try await read()
-            if condition(value) { return value }
-            if NIODeadline.now() > deadline {
-                throw TestFailure("timed out after \(timeout.secondsDescription) waiting for \(what): \(value)")
-            }
-            try await Task.sleep(for: .milliseconds(5))
+            last = value
+            return condition(value) ? value : nil
         }
     }
 

@@ -334,10 +334,9 @@ func nextEvent(_ events: AsyncStream<ConnectionEvent>, timeout: Double = 10) asy
 }
 
 /// Polls `condition` (on events that are not otherwise observable) until it holds, failing after `timeout`.
+/// `timeout` is scaled by ``TestScale``.
 func waitUntil(_ what: String, timeout: Double = 10, _ condition: @escaping @Sendable () async -> Bool) async throws {
-    let deadline = Date(timeIntervalSinceNow: TestScale.timeout(timeout))
-    while !(await condition()) {
-        if Date() > deadline { throw TestFailure("timed out waiting until \(what)") }
-        try await Task.sleep(nanoseconds: 5_000_000)
+    try await poll("\"\(what)\" to hold", timeout: .seconds(TestScale.timeout(timeout)), interval: .milliseconds(5)) {
+        await condition() ? () : nil
     }
 }

@@ -188,17 +188,13 @@ final class ChildProcess: Sendable, CustomStringConvertible {
     func wait<T: Sendable>(
         for what: String, timeout: Double, _ check: @escaping @Sendable (State) -> T?
     ) async throws -> T {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
-        while true {
+        try await poll("\(what)\n\(diagnostics)", timeout: timeout) {
             let (result, finished) = box.state.withLock { state in (check(state), state.isFinished) }
             if let result { return result }
             if finished {
                 throw TestFailure("\(commandLine) ended before \(what)\n\(diagnostics)")
             }
-            if ContinuousClock.now >= deadline {
-                throw TestFailure("timed out after \(timeout) s waiting for \(what)\n\(diagnostics)")
-            }
-            try await Task.sleep(for: .milliseconds(10))
+            return nil
         }
     }
 
@@ -224,29 +220,16 @@ final class ChildProcess: Sendable, CustomStringConvertible {
     /// Waits until the process has exited and its output is complete.
     @discardableResult
     func waitForExit(timeout: Double = 20) async throws -> Termination {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
-        while true {
-            if let termination = box.state.withLock({ $0.isFinished ? $0.termination : nil }) {
-                return termination
-            }
-            if ContinuousClock.now >= deadline {
-                throw TestFailure("timed out after \(timeout) s waiting for \(commandLine) to exit\n\(diagnostics)")
-            }
-            try await Task.sleep(for: .milliseconds(10))
+        try await poll("\(commandLine) to exit\n\(diagnostics)", timeout: timeout) {
+            box.state.withLock { $0.isFinished ? $0.termination : nil }
         }
     }
 }
 
-/// Polls `check` until it returns a value, or fails after `timeout` seconds; `check` may throw to fail early.
+/// ``NotifyTestSupport/poll(_:timeout:interval:_:)`` with the timeout in seconds, as the harness gives timeouts.
 func poll<T: Sendable>(
-    _ what: String, timeout: Double, interval: Duration = .milliseconds(10), _ check: () async throws -> T?
+    _ what: @autoclosure () -> String, timeout: Double, interval: Duration = .milliseconds(10),
+    _ check: () async throws -> T?
 ) async throws -> T {
-    let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
-    while true {
-        if let result = try await check() { return result }
-        if ContinuousClock.now >= deadline {
-            throw TestFailure("timed out after \(timeout) s waiting for \(what)")
-        }
-        try await Task.sleep(for: interval)
-    }
+    try await NotifyTestSupport.poll(what(), timeout: .seconds(timeout), interval: interval, check)
 }

@@ -112,22 +112,19 @@ extension IntegrationScope {
     func postUntilDelivered(
         _ name: String, payload: String, toAtLeast subscribers: Int, socketPath: String? = nil, timeout: Double = 20
     ) async throws -> Int {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
         var attempts = 0
-        while true {
+        var delivered = 0
+        return try await poll(
+            "posts to \(name) to reach \(subscribers) subscribers (the last reached \(delivered), \(attempts) attempts)",
+            timeout: timeout, interval: .milliseconds(50)
+        ) {
             attempts += 1
             let post = try await run(.notifyctl, ["post", name, payload, "--wait", "--socket", socketPath ?? self.socketPath])
             guard post.termination == .exited(0) else {
                 throw TestFailure("notifyctl post failed\n\(post.diagnostics)")
             }
-            let delivered = try deliveredCount(fromPostOutput: post.stdoutLines)
-            if delivered >= subscribers { return attempts }
-            if ContinuousClock.now >= deadline {
-                throw TestFailure(
-                    "timed out after \(timeout) s: posts to \(name) reached \(delivered) of \(subscribers) subscribers "
-                        + "(\(attempts) attempts)")
-            }
-            try await Task.sleep(for: .milliseconds(50))
+            delivered = try deliveredCount(fromPostOutput: post.stdoutLines)
+            return delivered >= subscribers ? attempts : nil
         }
     }
 }

@@ -19,12 +19,7 @@ func threadNames() -> [String] {
 
 /// Waits until no thread's name starts with `prefix`.
 func waitUntilNoThread(prefix: String, _ what: String, timeout: Duration = .seconds(10)) async throws {
-    let clock = ContinuousClock()
-    let deadline = clock.now + timeout
-    while threadNames().contains(where: { $0.hasPrefix(prefix) }) {
-        if clock.now > deadline {
-            throw TestFailure("timed out after \(timeout) waiting for \(what) (threads \(prefix)* still running)")
-        }
-        try await Task.sleep(for: .milliseconds(10))
+    try await poll("\(what) (threads \(prefix)* still running)", timeout: timeout) {
+        threadNames().contains(where: { $0.hasPrefix(prefix) }) ? nil : ()
     }
 }
