@@ -84,18 +84,16 @@ struct BatchedDeliveryTests {
         let cancelReturned = NIOLockedValueBox(false)
         let lateInvocations = NIOLockedValueBox(0)
         let gaveUpWaiting = NIOLockedValueBox(false)
+        // Signalled by the test once another thread's cancel() has closed the gate.
+        let gateClosed = DispatchSemaphore(value: 0)
         let observation = try center.observe("batched.cancel", on: .queue(queue)) { _ in
             if cancelReturned.withLockedValue({ $0 }) { lateInvocations.withLockedValue { $0 += 1 } }
             started.append(1)
             // Hold the first invocation (and so the rest of its batch) until another thread's cancel() has
             // closed the gate; that cancel() waits for this invocation to finish before it returns.
-            let deadline = Date(timeIntervalSinceNow: TestScale.timeout(10))
-            while box.withLockedValue({ $0 })?.isCancelled != true {
-                if Date() > deadline {
-                    gaveUpWaiting.withLockedValue { $0 = true }
-                    return
-                }
-                usleep(1_000)
+            guard box.withLockedValue({ $0 })?.isCancelled != true else { return }
+            if gateClosed.wait(timeout: .now() + TestScale.timeout(10)) == .timedOut {
+                gaveUpWaiting.withLockedValue { $0 = true }
             }
         }
         box.withLockedValue { $0 = observation }
@@ -103,8 +101,17 @@ struct BatchedDeliveryTests {
         for _ in 0..<count { try center.post("batched.cancel") }
         try await center.synchronize()
         _ = try await started.wait(for: 1, "the first handler invocation")
-        observation.cancel()
-        cancelReturned.withLockedValue { $0 = true }
+        // cancel() blocks until the held invocation returns, so it runs on a thread of its own while this task
+        // waits for the gate to close and then lets the invocation return.
+        async let cancelled: Void = onThread("cancel-mid-batch") {
+            observation.cancel()
+            cancelReturned.withLockedValue { $0 = true }
+        }
+        try await poll("cancel() to close the gate", timeout: .seconds(TestScale.timeout(10))) {
+            observation.isCancelled ? () : nil
+        }
+        gateClosed.signal()
+        try await cancelled
         // Everything the center read was handed to the queue before the second synchronize() returned: once
         // this block runs, every job of this observation has run (or skipped its handlers).
         await withCheckedContinuation { continuation in queue.async { continuation.resume() } }
