@@ -105,14 +105,14 @@ struct CommandRun: CustomStringConvertible {
     /// Runs `notifyctl arguments` as `identity` (through `setpriv`), failing after `timeout` seconds.
     static func notifyctl(_ arguments: [String], as identity: PeerIdentity, timeout: Double = 20) async throws -> CommandRun {
         let notifyctl = try productsDirectory().appendingPathComponent("notifyctl").path
-        let full = ["--reuid=\(identity.uid)", "--regid=\(identity.gid)", "--clear-groups", "--", notifyctl] + arguments
-        let commandLine = (["setpriv"] + full).joined(separator: " ")
+        let full = CredentialSwitch.setprivArguments(identity, running: [notifyctl] + arguments)
+        let commandLine = ([CredentialSwitch.setprivURL.path] + full).joined(separator: " ")
         return try await withTimeout(timeout, "\(commandLine) to finish") {
             try await withCheckedThrowingContinuation { continuation in
                 let thread = Thread {
                     continuation.resume(with: Result {
                         let process = Process()
-                        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+                        process.executableURL = CredentialSwitch.setprivURL
                         process.arguments = full
                         let out = Pipe()
                         let err = Pipe()

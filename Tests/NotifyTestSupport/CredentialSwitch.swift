@@ -77,6 +77,17 @@ package enum CredentialSwitch {
     }
 }
 
+extension CredentialSwitch {
+    /// `setpriv`, which runs a program as another user.
+    package static let setprivURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+
+    /// The arguments of ``setprivURL`` that run `command` (a program and its arguments) with the real and
+    /// effective ids of `identity` and no supplementary groups.
+    package static func setprivArguments(_ identity: PeerIdentity, running command: [String]) -> [String] {
+        ["--reuid=\(identity.uid)", "--regid=\(identity.gid)", "--clear-groups", "--"] + command
+    }
+}
+
 /// Runs `body` on a thread of its own (blocking system calls stay off the test's executors).
 package func onThread<T: Sendable>(_ name: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in

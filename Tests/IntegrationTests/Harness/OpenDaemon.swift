@@ -52,9 +52,10 @@ extension IntegrationScope {
     ) throws -> ChildProcess {
         let assignments = environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         return try ChildProcess(
-            executable: URL(fileURLWithPath: "/usr/bin/setpriv"),
-            arguments: ["--reuid=\(uid)", "--regid=\(gid)", "--clear-groups", "--", "/usr/bin/env"] + assignments
-                + [try BuildProducts.url(of: tool).path] + arguments)
+            executable: CredentialSwitch.setprivURL,
+            arguments: CredentialSwitch.setprivArguments(
+                PeerIdentity(uid: uid, gid: gid),
+                running: ["/usr/bin/env"] + assignments + [try BuildProducts.url(of: tool).path] + arguments))
     }
 }
 
