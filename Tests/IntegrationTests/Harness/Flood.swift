@@ -30,22 +30,15 @@ struct Flood: Sendable {
     func post(to path: String, pacedBy reader: FloodReader? = nil, window: Int = 10_000) async throws {
         let connection = try await TestClient.connect(to: path, name: "flood-poster")
         try await connection.hello()
-        let encodedNames = names.map { Array($0.utf8) }
-        var batch: [UInt8] = []
+        let batchLimit = reader == nil ? 1 << 18 : 1 << 16
+        var batch = ByteBuffer()
         batch.reserveCapacity(1 << 19)
         for index in 0..<total {
-            let name = encodedNames[index % names.count]
-            let payload = Array("\(index / names.count)".utf8)
-            let length = 1 + 4 + 1 + 2 + name.count + 4 + payload.count
-            batch.append(contentsOf: [UInt8(length >> 24 & 0xFF), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)])
-            batch.append(MessageType.post.rawValue)
-            batch.append(contentsOf: [0, 0, 0, 0, 0])  // request id 0, no flags
-            batch.append(contentsOf: [UInt8(name.count >> 8), UInt8(name.count & 0xFF)])
-            batch.append(contentsOf: name)
-            batch.append(contentsOf: [0, 0, 0, UInt8(payload.count)])
-            batch.append(contentsOf: payload)
-            let batchLimit = reader == nil ? 1 << 18 : 1 << 16
-            if batch.count >= batchLimit || index == total - 1 {
+            // Request id 0: fire-and-forget, no reply.
+            let post = ClientFrame.Post(
+                requestID: 0, name: names[index % names.count], payload: ByteBuffer(string: "\(index / names.count)"))
+            ClientFrame.post(post).encode(into: &batch)
+            if batch.readableBytes >= batchLimit || index == total - 1 {
                 if let reader {
                     let ahead = index + 1 - window
                     _ = try await poll(
@@ -56,8 +49,8 @@ struct Flood: Sendable {
                         return reception.received + Int(reception.lost) >= ahead ? true : nil
                     }
                 }
-                try await connection.sendBuffer(ByteBuffer(bytes: batch), timeout: .seconds(60))
-                batch.removeAll(keepingCapacity: true)
+                try await connection.sendBuffer(batch, timeout: .seconds(60))
+                batch.clear()
             }
         }
         let before = try await connection.barrier()
