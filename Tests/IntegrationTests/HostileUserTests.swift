@@ -184,9 +184,10 @@ extension Integration {
                     guard chmod(copy, 0o644) == 0 else { throw TestFailure("chmod \(copy) failed") }
                 }
                 let attacker = try ChildProcess(
-                    executable: URL(fileURLWithPath: "/usr/bin/setpriv"),
-                    arguments: ["--reuid=65534", "--regid=65534", "--clear-groups", "--", "/usr/bin/python3",
-                                scope.directory + "/quota_attacker.py", path])
+                    executable: CredentialSwitch.setprivURL,
+                    arguments: CredentialSwitch.setprivArguments(
+                        PeerIdentity(uid: 65_534, gid: 65_534),
+                        running: ["/usr/bin/python3", scope.directory + "/quota_attacker.py", path]))
                 let line = try await attacker.waitForLine(containing: "{", on: .stdout, timeout: 60)
                 let taken = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Int] ?? [:]
                 // Every quota to the brim: 100 subscriptions in all (the script's first "pattern" has no wildcard: an
