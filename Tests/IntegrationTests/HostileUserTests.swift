@@ -32,15 +32,7 @@ extension Integration {
             try await withIntegrationScope { scope in
                 let outboundQuota = 1 << 20
                 let daemon = try await Self.startDaemon(
-                    scope,
-                    configuration: """
-                        quota connections-per-uid 6
-                        quota subscriptions-per-uid 100
-                        quota pattern-labels-per-uid 256
-                        quota state-names-per-uid 40
-                        quota retained-bytes-per-uid 200000
-                        quota outbound-bytes-per-uid \(outboundQuota)
-                        """)
+                    scope, configuration: Self.smallQuotas + "quota outbound-bytes-per-uid \(outboundQuota)\n")
                 let path = scope.socketPath
                 let root = try await TestClient.connect(to: path, name: "root-watcher")
                 try await root.hello()
@@ -101,24 +93,14 @@ extension Integration {
                     "a fourth retained payload of 60,000 bytes")
 
                 // alice, meanwhile, posts with acknowledgements to her own subscriber, while bob floods his stopped one.
-                let subscriber = try await TestClient.connect(to: path, name: "alice-subscriber", as: Self.victim)
-                try await subscriber.hello()
-                try await subscriber.subscribe("alice.news", id: 1, policy: .queue(limit: 100_000))
-                let poster = try await TestClient.connect(to: path, name: "alice-poster", as: Self.victim)
-                try await poster.hello()
+                let alice = try await Alice(path: path)
                 var flood = ByteBuffer()
                 let floodPayload = ByteBuffer(repeating: 0x66, count: 1_000)
                 for _ in 0..<20_000 {
                     ClientFrame.post(ClientFrame.Post(requestID: 0, name: "bob.flood", payload: floodPayload)).encode(into: &flood)
                 }
                 let flooding = flooder.startSending(flood)
-                let posts = 300
-                for index in 1...posts { _ = try await poster.post("alice.news", "\(index)") }
-                var received: [String] = []
-                while received.count < posts {
-                    received.append(String(buffer: try await subscriber.nextNotification(timeout: .seconds(60)).payload))
-                }
-                #expect(received == (1...posts).map { "\($0)" }, "alice's subscriber got \(received.count) of \(posts), or out of order")
+                try await alice.expectPostsArriveInOrder()
                 try await flooding.get()
                 _ = try await flooder.barrier()
 
@@ -140,13 +122,7 @@ extension Integration {
                 // bob leaves: his connections, subscriptions and patterns go with him (state values and retained
                 // notifications stay, as for anyone's).
                 for connection in bob { await connection.close() }
-                let after = try await poll("bob's connections and subscriptions to be gone", timeout: 30) {
-                    () throws -> DaemonStatus? in
-                    let status = try await root.query(DaemonStatus.self, .status)
-                    return status.connections == baseline.connections + 2 ? status : nil
-                }
-                #expect(after.subscriptions == baseline.subscriptions + 1, "\(after.subscriptions) subscriptions left")
-                #expect(after.patterns == baseline.patterns, "\(after.patterns) patterns left")
+                let after = try await Self.expectOnlyAliceLeft(root: root, baseline: baseline)
                 #expect(after.outboundBytes == 0 && after.heldBytes == 0)
 
                 // A new user is not charged for any of it.
@@ -161,15 +137,7 @@ extension Integration {
         @Test("a real process of another user (Benchmarks/quota_attacker.py as uid 65534, through setpriv) takes every quota; alice's notifications all arrive in order; killed, its connections and subscriptions go")
         func quotaAttackerProcess() async throws {
             try await withIntegrationScope { scope in
-                let daemon = try await Self.startDaemon(
-                    scope,
-                    configuration: """
-                        quota connections-per-uid 6
-                        quota subscriptions-per-uid 100
-                        quota pattern-labels-per-uid 256
-                        quota state-names-per-uid 40
-                        quota retained-bytes-per-uid 200000
-                        """)
+                let daemon = try await Self.startDaemon(scope, configuration: Self.smallQuotas)
                 let path = scope.socketPath
                 let root = try await TestClient.connect(to: path, name: "root-watcher")
                 try await root.hello()
@@ -197,30 +165,13 @@ extension Integration {
                     taken == ["connections": 6, "pattern_subscriptions": 17, "exact_subscriptions": 83, "state_names": 40,
                               "retained_posts": 3], "what the attacker got: \(line)\n\(attacker.diagnostics)")
 
-                let subscriber = try await TestClient.connect(to: path, name: "alice-subscriber", as: Self.victim)
-                try await subscriber.hello()
-                try await subscriber.subscribe("alice.news", id: 1, policy: .queue(limit: 1_000))
-                let poster = try await TestClient.connect(to: path, name: "alice-poster", as: Self.victim)
-                try await poster.hello()
-                let posts = 300
-                for index in 1...posts { _ = try await poster.post("alice.news", "\(index)") }
-                var received: [String] = []
-                while received.count < posts {
-                    received.append(String(buffer: try await subscriber.nextNotification(timeout: .seconds(60)).payload))
-                }
-                #expect(received == (1...posts).map { "\($0)" }, "alice's subscriber got \(received.count) of \(posts), or out of order")
+                try await Alice(path: path).expectPostsArriveInOrder()
                 let names = try await scope.run(.notifyctl, ["names", "--socket", path])
                 #expect(names.termination == .exited(0) && names.stdoutLines.contains { $0.hasSuffix(" alice.news") }, "\(names.diagnostics)")
 
                 attacker.send(SIGKILL)
                 _ = try await attacker.waitForExit()
-                let after = try await poll("the attacker's connections and subscriptions to be gone", timeout: 30) {
-                    () throws -> DaemonStatus? in
-                    let status = try await root.query(DaemonStatus.self, .status)
-                    return status.connections == baseline.connections + 2 ? status : nil
-                }
-                #expect(after.subscriptions == baseline.subscriptions + 1, "\(after.subscriptions) subscriptions left")
-                #expect(after.patterns == baseline.patterns, "\(after.patterns) patterns left")
+                _ = try await Self.expectOnlyAliceLeft(root: root, baseline: baseline)
                 try await scope.stopDaemon(daemon)
             }
         }
@@ -306,6 +257,58 @@ extension Integration {
                 for connection in connections { await connection.close() }
                 try await scope.stopDaemon(daemon)
             }
+        }
+
+        /// Quotas small enough for a test to reach them all (the outbound bytes' too is added where it matters).
+        private static let smallQuotas = """
+            quota connections-per-uid 6
+            quota subscriptions-per-uid 100
+            quota pattern-labels-per-uid 256
+            quota state-names-per-uid 40
+            quota retained-bytes-per-uid 200000
+
+            """
+
+        /// The victim: a subscriber to `alice.news` and a poster that posts to it with acknowledgements.
+        private struct Alice {
+            let subscriber: TestClient
+            let poster: TestClient
+
+            init(path: String) async throws {
+                subscriber = try await TestClient.connect(to: path, name: "alice-subscriber", as: HostileUserTests.victim)
+                try await subscriber.hello()
+                try await subscriber.subscribe("alice.news", id: 1, policy: .queue(limit: 100_000))
+                poster = try await TestClient.connect(to: path, name: "alice-poster", as: HostileUserTests.victim)
+                try await poster.hello()
+            }
+
+            /// Posts 300 notifications and expects every one at the subscriber, in order.
+            func expectPostsArriveInOrder(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+                let posts = 300
+                for index in 1...posts { _ = try await poster.post("alice.news", "\(index)") }
+                var received: [String] = []
+                while received.count < posts {
+                    received.append(String(buffer: try await subscriber.nextNotification(timeout: .seconds(60)).payload))
+                }
+                #expect(
+                    received == (1...posts).map { "\($0)" }, "alice's subscriber got \(received.count) of \(posts), or out of order",
+                    sourceLocation: sourceLocation)
+            }
+        }
+
+        /// Waits until the only connections left besides `baseline`'s are alice's two, and checks that the
+        /// attacker's subscriptions and patterns went with its connections.
+        private static func expectOnlyAliceLeft(
+            root: TestClient, baseline: DaemonStatus, sourceLocation: SourceLocation = #_sourceLocation
+        ) async throws -> DaemonStatus {
+            let after = try await poll("the attacker's connections and subscriptions to be gone", timeout: 30) {
+                () throws -> DaemonStatus? in
+                let status = try await root.query(DaemonStatus.self, .status)
+                return status.connections == baseline.connections + 2 ? status : nil
+            }
+            #expect(after.subscriptions == baseline.subscriptions + 1, "\(after.subscriptions) subscriptions left", sourceLocation: sourceLocation)
+            #expect(after.patterns == baseline.patterns, "\(after.patterns) patterns left", sourceLocation: sourceLocation)
+            return after
         }
 
         /// Checks that `error` is `quota-exceeded` naming `quota`, for `what`.
