@@ -27,7 +27,7 @@ extension NotifyServer {
         let limit = CInt(truncatingIfNeeded: sysconf(Int32(_SC_OPEN_MAX)))
         let result = try? await eventLoop.submit { [logger] () -> OutgoingHandover in
             let handlers = broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
-            for handler in handlers { handler.serveReceivedFrames() }
+            for handler in handlers { handler.serveReceivedFrames(atShutdown: false) }
             broker.value.flushDirtyPeers()
             let descriptors = SocketCookie.descriptorsByCookie(limit: limit)
             var records: [HandoverSnapshot.PeerRecord] = []

@@ -309,7 +309,7 @@ package final class NotifyServer: Service, Sendable {
             broker.value.nextTurn.enqueue { lastReadDone.succeed() }
             return lastReadDone.futureResult.assumeIsolated().flatMap {
                 let handlers = handlers()
-                for handler in handlers { handler.serveReceivedFrames() }
+                for handler in handlers { handler.serveReceivedFrames(atShutdown: true) }
                 let futures = handlers.map { $0.beginShutdown() }
                 broker.value.flushDirtyPeers()
                 return EventLoopFuture.andAllComplete(futures, on: eventLoop)

@@ -72,8 +72,6 @@ final class Peer {
     var excludesOwnPosts: Bool { helloFlags & HelloFlags.noEcho != 0 }
     /// Replies exceed the queue's bound: its requests are not read until they drain.
     private(set) var isBackPressured = false
-    /// Set by ``ignoreBackPressure()``: replies over the bound no longer stop the reading of requests.
-    private var isBackPressureIgnored = false
     /// The most full-path frames served in one turn so far (for tests: the bound holds).
     var mostFramesInOneTurn = 0
 
@@ -154,11 +152,9 @@ final class Peer {
     /// Its subscriptions, to notifications and to state values.
     var subscriptionCount: Int { subscriptions.count + stateSubscriptions.count }
 
-    /// Serves requests whatever is pending from now on (a graceful shutdown writes it all within its deadline).
-    func ignoreBackPressure() {
-        isBackPressured = false
-        isBackPressureIgnored = true
-    }
+    /// Serves requests again, whatever is pending, until replies exceed the bound once more (a graceful shutdown
+    /// or a hand-over serves what was read; a reply over the bound stops it again, so replies stay bounded).
+    func ignoreBackPressure() { isBackPressured = false }
 
     /// The peer's groups are known: access decisions can be made.
     func identityFound(groups: Set<UInt32>) {
@@ -191,7 +187,7 @@ final class Peer {
         guard phase != .closed else { return }
         let overBound = queue.append(frame)
         broker.markDirty(self)
-        if overBound, !isBackPressured, !isBackPressureIgnored {
+        if overBound, !isBackPressured {
             // The client sends requests faster than it reads their replies: stop reading its requests until it
             // catches up, so its replies cannot grow without bound either.
             isBackPressured = true

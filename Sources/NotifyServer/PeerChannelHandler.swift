@@ -20,7 +20,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// The peer closed its side while frames were still to be served (``awaitingIdentity`` or
     /// ``servingDeferred``): handled once they have been.
     private var inputClosedPending = false
-    /// Frames wait in the accumulator for the next turn of the event loop (see ``framesPerTurn``); reading is
+    /// Frames wait in the accumulator for the next turn of the event loop (see ``turnBudget``); reading is
     /// off meanwhile.
     private var servingDeferred = false
     /// Inside this channel's read completion, which NIO also fires on EOF and then goes on to close the
@@ -29,13 +29,12 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private var isCompletingRead = false
     /// A flush of the peer is due at the next tick.
     private var isFlushScheduled = false
-    /// A graceful shutdown's last read is under way: what arrives is kept for ``serveReceivedFrames()``.
+    /// A graceful shutdown's last read is under way: what arrives is kept for ``serveReceivedFrames(atShutdown:)``.
     private var isReadingLast = false
-    /// Requests and posts starting a run, served through the full path, posts continuing a run, and pattern
-    /// nodes visited, this turn.
-    private var turnFrames = 0
-    private var turnRunStarts = 0
-    private var turnRunPosts = 0
+    /// This turn's frames, in ``turnBudget`` units; its requests and posts served through the full path (for
+    /// ``Peer/mostFramesInOneTurn``); pattern nodes visited.
+    private var turnCost = 0
+    private var turnFullPathFrames = 0
     private var turnPatternVisits = 0
 
     /// The socket's cookie (`SO_COOKIE`), read when it became active: what a hand-over matches sockets by.
@@ -57,24 +56,29 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         self.accumulator = FrameAccumulator(maxFrameLength: broker.configuration.limits.maxFrameLength)
     }
 
-    /// Requests one peer has served in one turn of the event loop; the rest waits for the next turn, after other
-    /// connections' events: a client that pipelines thousands of subscriptions cannot hold the loop from everyone
-    /// else.
-    static let framesPerTurn = 64
-    /// Posts that start a run (a post to another name than the last) served in one turn: each costs about a
-    /// name lookup and a delivery per subscriber, a fraction of a request, so more of them fit in a turn.
-    static let runStartsPerTurn = 256
-    /// Posts continuing a run served in one turn (each costs about a copy of its bytes).
-    static let runPostsPerTurn = 1_024
+    /// What one peer's frames may cost in one turn of the event loop; the rest waits for the next turn, after
+    /// other connections' events: a client that pipelines thousands of subscriptions cannot hold the loop from
+    /// everyone else. One budget for every kind of frame, so a turn is never longer than its costliest kind allows.
+    static let turnBudget = 1_024
+    /// A request's cost: 64 a turn.
+    static let requestCost = 16
+    /// A post that starts a run (to another name than the last, or with the ack or retain flag: decoded, checked,
+    /// routed): 256 a turn.
+    static let runStartCost = 4
+    /// A post that continues a run (about a copy of its bytes): 1,024 a turn.
+    static let runPostCost = 1
+    /// Requests served in a turn that has nothing else.
+    static let framesPerTurn = turnBudget / requestCost
+    /// Posts that start a run served in a turn that has nothing else.
+    static let runStartsPerTurn = turnBudget / runStartCost
     /// Pattern trie nodes the frames of one peer may have matches visit in one turn: posts to names that many
     /// patterns could match cost more than others, and are counted by that cost.
     static let patternVisitsPerTurn = 8_192
 
     /// Starts a new turn's budget.
     private func startTurn() {
-        turnFrames = 0
-        turnRunStarts = 0
-        turnRunPosts = 0
+        turnCost = 0
+        turnFullPathFrames = 0
         turnPatternVisits = 0
     }
 
@@ -119,6 +123,9 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        // The connection ended during a graceful shutdown's last read (a reset after its last bytes): what that
+        // read brought is served now, before the peer closes.
+        if isReadingLast, !broker.isRouting { serveReceivedFrames(atShutdown: true) }
         // A read loop that ends in an error or EOF gets no channelReadComplete: flush what this connection's
         // last reads queued for others.
         broker.flushDirtyPeers()
@@ -169,25 +176,24 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 // A client that does not read its replies gets no more served until it does (a write completion
                 // serves the rest): its requests, a QUERY above all, cannot grow its queue without bound.
                 if peer.isBackPressured { break }
-                if turnFrames >= Self.framesPerTurn || turnRunStarts >= Self.runStartsPerTurn
-                    || turnRunPosts >= Self.runPostsPerTurn || turnPatternVisits >= Self.patternVisitsPerTurn
-                {
+                if turnCost >= Self.turnBudget || turnPatternVisits >= Self.patternVisitsPerTurn {
                     deferServing()
                     break
                 }
                 guard var frame = try accumulator.nextRawFrame() else { break }
                 switch try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload) {
                 case .runPost:
-                    turnRunPosts += 1
+                    turnCost += Self.runPostCost
                     continue
                 case .runStart(let visits):
-                    turnRunStarts += 1
+                    turnCost += Self.runStartCost
                     turnPatternVisits += visits
                 case .request(let visits):
-                    turnFrames += 1
+                    turnCost += Self.requestCost
                     turnPatternVisits += visits
                 }
-                peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFrames + turnRunStarts)
+                turnFullPathFrames += 1
+                peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFullPathFrames)
             }
         } catch {
             peer.endServing()
@@ -199,11 +205,13 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Serves the frames left over at the next turn of the event loop, after it has polled for other
     /// connections' input (see ``NextTurnQueue``), reading nothing new meanwhile.
     private func deferServing() {
-        guard !servingDeferred, accumulator.bufferedBytes > 0, let context else { return }
+        guard !servingDeferred, !isReadingLast, accumulator.bufferedBytes > 0, let context else { return }
         servingDeferred = true
         context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         broker.nextTurn.enqueue { [self] in
             servingDeferred = false
+            // A graceful shutdown's last read is under way: serveReceivedFrames serves these with what it reads.
+            guard !isReadingLast else { return }
             startTurn()
             guard let peer, peer.isServing else { return }
             serveBufferedFrames(peer)
@@ -309,7 +317,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
 
     /// The first step of a graceful shutdown: reads once more, at the loop's next poll, what the client had
     /// written by now, whatever held its reading off (back-pressure, the turn's budget); nothing is served until
-    /// ``serveReceivedFrames()``. A fire-and-forget post still in the socket's buffer is not lost with it.
+    /// ``serveReceivedFrames(atShutdown:)``. A fire-and-forget post still in the socket's buffer is not lost with it.
     func readOnceMore() {
         guard let peer, peer.isServing, !awaitingIdentity, let context else { return }
         isReadingLast = true
@@ -317,12 +325,17 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         context.read()
     }
 
-    /// Serves every whole frame already received, whatever the per-turn budget: the first step of a graceful
-    /// shutdown, for every connection before any gets its `GOODBYE`, so that a post the daemon has taken from
-    /// its socket reaches every subscriber. (A peer whose groups are still being looked up has been served
-    /// nothing yet and is left so.)
-    func serveReceivedFrames() {
+    /// Serves every whole frame already received, whatever the per-turn budget: the first step of a hand-over,
+    /// and of a graceful shutdown after ``readOnceMore()``, for every connection before any gets its `GOODBYE`,
+    /// so that a post the daemon has taken from its socket reaches every subscriber. Replies stay bounded: once
+    /// they exceed the bound again, a hand-over leaves the rest to the successor (in the connection's record), and
+    /// a shutdown serves only the posts among the rest (a fire-and-forget post has no answer), leaving other
+    /// requests unanswered before the `GOODBYE`, until the replies reach twice the bound (answers to refused or
+    /// acknowledged posts). Reading stops. (A peer whose groups are still being looked up has been served nothing
+    /// yet and is left so.)
+    func serveReceivedFrames(atShutdown: Bool) {
         isReadingLast = false
+        if atShutdown { context?.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in } }
         guard let peer, peer.isServing, !awaitingIdentity else { return }
         servingDeferred = false
         peer.ignoreBackPressure()  // what is served now is written before the GOODBYE, within the deadline
@@ -330,9 +343,29 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
             startTurn()
             let before = accumulator.bufferedBytes
             serveBufferedFrames(peer)
-            if accumulator.bufferedBytes == before { break }  // only a partial frame is left
+            guard accumulator.bufferedBytes == before else { continue }
+            // Only a partial frame is left, or the replies are over the bound again.
+            if atShutdown, peer.isBackPressured { servePostsOnly(peer) }
+            break
         }
         servingDeferred = false
+    }
+
+    /// Serves the posts among the whole frames left and drops every other request unanswered, while the replies
+    /// queued stay within twice the bound: the end of a shutdown's serving, for a peer whose replies are over it.
+    private func servePostsOnly(_ peer: Peer) {
+        let maxPayload = Int(broker.configuration.limits.maxPayloadLength)
+        let replyLimit = 2 * broker.configuration.outboundByteLimit
+        do throws(WireDecodingError) {
+            while peer.isServing, peer.queue.pendingBytes <= replyLimit, var frame = try accumulator.nextRawFrame() {
+                guard frame.type == MessageType.post.rawValue else { continue }
+                _ = try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload)
+            }
+        } catch {
+            peer.endServing()
+            peer.fail(error.code, error.description)
+        }
+        peer.endServing()
     }
 
     /// Sends `GOODBYE` after what is queued (see ``Peer/beginShutdown()``).
@@ -370,6 +403,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     }
 
     func stopReadingForBackPressure() {
+        guard !isReadingLast else { return }  // the last read goes on: nothing more is served until it is over
         context?.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
     }
 

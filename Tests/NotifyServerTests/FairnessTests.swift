@@ -76,6 +76,28 @@ struct FairnessTests {
         }
     }
 
+    @Test("posts and requests share one budget per turn: 1,000 of each, interleaved, are served about 50 pairs a turn")
+    func postsAndRequestsShareTheBudget() async throws {
+        try await withServer { server in
+            let poster = try await server.connectRaw("mixer")
+            try await poster.hello()
+            let pairs = 1_000
+            var bytes = ByteBuffer()
+            for index in 1...pairs {
+                ClientFrame.post(.init(requestID: 0, name: "mixed.n\(index)", payload: ByteBuffer())).encode(into: &bytes)
+                ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes)
+            }
+            try await poster.sendBuffer(bytes)
+            for index in 1...pairs {
+                guard case .pong(UInt32(index)) = try await poster.next() else { throw TestFailure("expected PONG(\(index))") }
+            }
+            let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "mixer" })
+            // A pair costs a request and a run start; separate budgets would allow 64 of each (128 frames).
+            let pairsPerTurn = PeerChannelHandler.turnBudget / (PeerChannelHandler.requestCost + PeerChannelHandler.runStartCost)
+            #expect(entry.mostFramesInOneTurn <= 2 * pairsPerTurn + 2, "\(entry.mostFramesInOneTurn) frames served in one turn")
+        }
+    }
+
     @Test("a peer that closes its side while frames wait for the next turn still gets every answer, then EOF")
     func halfCloseWhileDeferred() async throws {
         try await withServer { server in

@@ -10,6 +10,46 @@ import Testing
 /// only when the test says so: frames left for the next turn of the loop are there at shutdown for certain.
 @Suite("Shutdown serves received frames")
 struct ShutdownServingTests {
+    @Test("a connection's frames deferred to the next turn are not served during a shutdown's last read (serving them could switch its reading off)")
+    func deferredServingWaitsForTheLastRead() throws {
+        let loop = EmbeddedEventLoop()
+        let broker = Broker(
+            eventLoop: loop, configuration: ServerConfiguration(listenAddress: .path("/nonexistent/shutdown-serving.sock")),
+            instanceID: InstanceID(high: 1, low: 2), daemonPID: 1, logger: Logger(label: "shutdown-serving"))
+        let connection = PeerChannelHandler(broker: broker)
+        let channel = EmbeddedChannel(handler: connection, loop: loop)
+        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/nonexistent/peer")).wait()
+        let pings = 3 * PeerChannelHandler.framesPerTurn
+        var bytes = ByteBuffer()
+        ClientFrame.hello(ClientFrame.Hello(clientName: "embedded")).encode(into: &bytes)
+        for index in 1...pings { ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes) }
+        try channel.writeInbound(bytes)
+        var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 1 << 20)
+        func pongs() throws -> Int {
+            while let chunk = try channel.readOutbound(as: ByteBuffer.self) { accumulator.append(chunk) }
+            var count = 0
+            while let frame = try accumulator.next() { if case .pong = frame { count += 1 } }
+            return count
+        }
+
+        // One turn was served; the rest waits for the next turn, which comes while the last read is under way: it
+        // must serve nothing (reaching the budget again would switch reading off, and the socket would not be read).
+        connection.readOnceMore()
+        loop.run()
+        // (The HELLO was one of the first turn's frames.)
+        let firstTurn = PeerChannelHandler.framesPerTurn - 1
+        let afterLastRead = try pongs()
+        #expect(afterLastRead == firstTurn, "\(afterLastRead) PINGs answered by the end of the last read")
+
+        connection.serveReceivedFrames(atShutdown: true)
+        _ = connection.beginShutdown()
+        broker.flushDirtyPeers()
+        loop.run()
+        let atShutdown = try pongs()
+        #expect(atShutdown == pings - firstTurn, "\(atShutdown) more PINGs answered at the shutdown")
+        _ = try? channel.finish()
+    }
+
     @Test("frames received but left for the next turn (over the per-turn budget) are answered before GOODBYE")
     func deferredFramesAreServedBeforeGoodbye() throws {
         let loop = EmbeddedEventLoop()
@@ -38,7 +78,7 @@ struct ShutdownServingTests {
         let peer = try #require(broker.peers.values.first)
         #expect(peer.mostFramesInOneTurn == PeerChannelHandler.framesPerTurn, "\(peer.mostFramesInOneTurn) frames served in one turn")
 
-        connection.serveReceivedFrames()
+        connection.serveReceivedFrames(atShutdown: true)
         _ = connection.beginShutdown()
         broker.flushDirtyPeers()
         loop.run()
