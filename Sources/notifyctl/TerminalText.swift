@@ -27,8 +27,9 @@ enum TerminalText {
     private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x00..<0x20, 0x7F..<0xA0: true
-        // Bidirectional embeddings, overrides and isolates, and the line and paragraph separators.
-        case 0x202A...0x202E, 0x2066...0x2069, 0x2028, 0x2029: true
+        // Bidirectional marks, embeddings, overrides and isolates, the line and paragraph separators, and the
+        // zero-width no-break space.
+        case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069, 0x2028, 0x2029, 0xFEFF: true
         default: false
         }
     }

@@ -56,7 +56,8 @@ extension Integration {
                 try await stalled.setReading(false)
                 var patterns = 0
                 while true {
-                    // 16 labels each, 4 of them wildcards, all matching bob.flood-like names of 16 labels.
+                    // 16 labels each, 4 of them wildcards (they match 16-label names, not bob.flood: this fills the
+                    // label quota; what matching costs is FairnessTests' and PatternTrieCostTests').
                     let pattern = "bob.p\(patterns).*.c.*.e.f.g.*.i.j.k.*.m.n.o"
                     let id = UInt32(100 + patterns)
                     let reply = try await hog.request {
