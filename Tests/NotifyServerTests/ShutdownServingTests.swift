@@ -6,31 +6,47 @@ import Testing
 
 @testable import NotifyServer
 
+/// A connection on an `EmbeddedEventLoop` that has sent `HELLO` and three turns' worth of `PING`s in one read: one
+/// turn of them is served, the rest waits for a task the loop has not run.
+private final class PingedConnection {
+    let loop = EmbeddedEventLoop()
+    let broker: Broker
+    let connection: PeerChannelHandler
+    let channel: EmbeddedChannel
+    let pings = 3 * PeerChannelHandler.framesPerTurn
+    private var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 1 << 20)
+
+    init() throws {
+        broker = Broker(
+            eventLoop: loop, configuration: ServerConfiguration(listenAddress: .path("/nonexistent/shutdown-serving.sock")),
+            instanceID: InstanceID(high: 1, low: 2), daemonPID: 1, logger: Logger(label: "shutdown-serving"))
+        connection = PeerChannelHandler(broker: broker)
+        channel = EmbeddedChannel(handler: connection, loop: loop)
+        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/nonexistent/peer")).wait()
+        var bytes = ByteBuffer()
+        ClientFrame.hello(ClientFrame.Hello(clientName: "embedded")).encode(into: &bytes)
+        for index in 1...pings { ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes) }
+        try channel.writeInbound(bytes)
+    }
+
+    /// The frames written to the client since the last call.
+    func received() throws -> [ServerFrame] {
+        while let chunk = try channel.readOutbound(as: ByteBuffer.self) { accumulator.append(chunk) }
+        var frames: [ServerFrame] = []
+        while let frame = try accumulator.next() { frames.append(frame) }
+        return frames
+    }
+}
+
 /// A graceful shutdown serves what the daemon has already received, on an `EmbeddedEventLoop` whose tasks run
 /// only when the test says so: frames left for the next turn of the loop are there at shutdown for certain.
 @Suite("Shutdown serves received frames")
 struct ShutdownServingTests {
     @Test("a connection's frames deferred to the next turn are not served during a shutdown's last read (serving them could switch its reading off)")
     func deferredServingWaitsForTheLastRead() throws {
-        let loop = EmbeddedEventLoop()
-        let broker = Broker(
-            eventLoop: loop, configuration: ServerConfiguration(listenAddress: .path("/nonexistent/shutdown-serving.sock")),
-            instanceID: InstanceID(high: 1, low: 2), daemonPID: 1, logger: Logger(label: "shutdown-serving"))
-        let connection = PeerChannelHandler(broker: broker)
-        let channel = EmbeddedChannel(handler: connection, loop: loop)
-        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/nonexistent/peer")).wait()
-        let pings = 3 * PeerChannelHandler.framesPerTurn
-        var bytes = ByteBuffer()
-        ClientFrame.hello(ClientFrame.Hello(clientName: "embedded")).encode(into: &bytes)
-        for index in 1...pings { ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes) }
-        try channel.writeInbound(bytes)
-        var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 1 << 20)
-        func pongs() throws -> Int {
-            while let chunk = try channel.readOutbound(as: ByteBuffer.self) { accumulator.append(chunk) }
-            var count = 0
-            while let frame = try accumulator.next() { if case .pong = frame { count += 1 } }
-            return count
-        }
+        let pinged = try PingedConnection()
+        let (loop, broker, connection, pings) = (pinged.loop, pinged.broker, pinged.connection, pinged.pings)
+        func pongs() throws -> Int { try pinged.received().filter { if case .pong = $0 { true } else { false } }.count }
 
         // One turn was served; the rest waits for the next turn, which comes while the last read is under way: it
         // must serve nothing (reaching the budget again would switch reading off, and the socket would not be read).
@@ -47,32 +63,14 @@ struct ShutdownServingTests {
         loop.run()
         let atShutdown = try pongs()
         #expect(atShutdown == pings - firstTurn, "\(atShutdown) more PINGs answered at the shutdown")
-        _ = try? channel.finish()
+        _ = try? pinged.channel.finish()
     }
 
     @Test("frames received but left for the next turn (over the per-turn budget) are answered before GOODBYE")
     func deferredFramesAreServedBeforeGoodbye() throws {
-        let loop = EmbeddedEventLoop()
-        let broker = Broker(
-            eventLoop: loop, configuration: ServerConfiguration(listenAddress: .path("/nonexistent/shutdown-serving.sock")),
-            instanceID: InstanceID(high: 1, low: 2), daemonPID: 1, logger: Logger(label: "shutdown-serving"))
-        let connection = PeerChannelHandler(broker: broker)
-        let channel = EmbeddedChannel(handler: connection, loop: loop)
-        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/nonexistent/peer")).wait()
-
-        let pings = 3 * PeerChannelHandler.framesPerTurn
-        var bytes = ByteBuffer()
-        ClientFrame.hello(ClientFrame.Hello(clientName: "embedded")).encode(into: &bytes)
-        for index in 1...pings { ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes) }
-        try channel.writeInbound(bytes)
-
-        var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 1 << 20)
-        func received() throws -> [ServerFrame] {
-            while let chunk = try channel.readOutbound(as: ByteBuffer.self) { accumulator.append(chunk) }
-            var frames: [ServerFrame] = []
-            while let frame = try accumulator.next() { frames.append(frame) }
-            return frames
-        }
+        let pinged = try PingedConnection()
+        let (loop, broker, connection, pings) = (pinged.loop, pinged.broker, pinged.connection, pinged.pings)
+        func received() throws -> [ServerFrame] { try pinged.received() }
         // One turn's worth was served; the rest waits for a task the loop has not run (nor has it written the
         // first turn's answers: a reply to a peer's own read goes out at the next tick).
         let peer = try #require(broker.peers.values.first)
@@ -92,6 +90,6 @@ struct ShutdownServingTests {
             return
         }
         loop.run()
-        _ = try? channel.finish()
+        _ = try? pinged.channel.finish()
     }
 }
