@@ -26,7 +26,7 @@ extension NotifyServer {
     func capture(broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async -> OutgoingHandover {
         let limit = CInt(truncatingIfNeeded: sysconf(Int32(_SC_OPEN_MAX)))
         let result = try? await eventLoop.submit { [logger] () -> OutgoingHandover in
-            let handlers = broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
+            let handlers = Self.connectionHandlers(of: broker.value)
             for handler in handlers { handler.serveReceivedFrames(atShutdown: false) }
             broker.value.flushDirtyPeers()
             let descriptors = SocketCookie.descriptorsByCookie(limit: limit)

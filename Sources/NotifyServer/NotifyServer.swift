@@ -232,6 +232,11 @@ package final class NotifyServer: Service, Sendable {
         return try? await broker.eventLoop.submit { broker.value.snapshot() }.get()
     }
 
+    /// The handlers of the open connections, oldest first: what a stop or a hand-over goes through.
+    static func connectionHandlers(of broker: Broker) -> [PeerChannelHandler] {
+        broker.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
+    }
+
     /// How a client connection's reads are sized, whether it was accepted here or handed over.
     static let peerReceiveAllocator = AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 2048, maximum: 1 << 20)
 
@@ -299,16 +304,13 @@ package final class NotifyServer: Service, Sendable {
     private func closeClients(broker: NIOLoopBound<Broker>, on eventLoop: EventLoop) async {
         let deadline = TimeAmount.nanoseconds(Int64(configuration.shutdownDeadlineSeconds * 1e9))
         let closed: EventLoopFuture<Void> = eventLoop.flatSubmit {
-            func handlers() -> [PeerChannelHandler] {
-                broker.value.peers.values.sorted { $0.number < $1.number }.compactMap { $0.handler }
-            }
             // Every connection is read once more at the next poll (what its client wrote before the stop), then
             // everything received is served, then each gets its GOODBYE.
-            for handler in handlers() { handler.readOnceMore() }
+            for handler in Self.connectionHandlers(of: broker.value) { handler.readOnceMore() }
             let lastReadDone = eventLoop.makePromise(of: Void.self)
             broker.value.nextTurn.enqueue { lastReadDone.succeed() }
             return lastReadDone.futureResult.assumeIsolated().flatMap {
-                let handlers = handlers()
+                let handlers = Self.connectionHandlers(of: broker.value)
                 for handler in handlers { handler.serveReceivedFrames(atShutdown: true) }
                 let futures = handlers.map { $0.beginShutdown() }
                 broker.value.flushDirtyPeers()
