@@ -166,9 +166,10 @@ enum JSONOutput {
     /// A document made by `JSONSerialization`, safe on a terminal.
     static func text(of data: Data) -> String { terminalSafe(String(decoding: data, as: UTF8.self)) }
 
-    /// `json` with what the encoders leave raw but a terminal acts on — DEL and the C1 controls (U+0080–U+009F, a
-    /// C1 CSI starts an escape sequence), the bidirectional marks, overrides and isolates, the line and paragraph
-    /// separators, the zero-width no-break space — written as `\uXXXX`. They can only occur inside strings, where that escape means the same.
+    /// `json` with what the encoders leave raw but a terminal acts on (``TerminalText/actsOnTerminal(_:)``: the
+    /// encoders escape C0 controls themselves, not DEL, the C1 controls — a C1 CSI starts an escape sequence — or
+    /// the bidirectional controls) written as `\uXXXX`. They can only occur inside strings, where that escape
+    /// means the same.
     static func terminalSafe(_ json: String) -> String {
         guard json.unicodeScalars.contains(where: needsEscape) else { return json }
         var result = ""
@@ -184,11 +185,10 @@ enum JSONOutput {
         return result
     }
 
+    /// C0 controls are left as they are: the encoders escape them inside strings, and outside strings they are
+    /// JSON's own whitespace.
     private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.value {
-        case 0x7F..<0xA0, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069, 0x2028, 0x2029, 0xFEFF: true
-        default: false
-        }
+        scalar.value >= 0x20 && TerminalText.actsOnTerminal(scalar)
     }
 }
 

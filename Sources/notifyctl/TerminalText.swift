@@ -16,7 +16,7 @@ enum TerminalText {
             case "\r": result += "\\r"
             case "\t": result += "\\t"
             case "\\": result += "\\\\"
-            case _ where needsEscape(scalar):
+            case _ where actsOnTerminal(scalar):
                 result += "\\u{" + String(scalar.value, radix: 16) + "}"
             default: result.unicodeScalars.append(scalar)
             }
@@ -24,7 +24,9 @@ enum TerminalText {
         return result
     }
 
-    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+    /// Whether a terminal acts on `scalar` (or shows it as something else): C0 and C1 controls, DEL, and the
+    /// characters below.
+    static func actsOnTerminal(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x00..<0x20, 0x7F..<0xA0: true
         // Bidirectional marks, embeddings, overrides and isolates, the line and paragraph separators, and the
