@@ -126,6 +126,7 @@ extension Integration {
                 #expect(FileManager.default.contents(atPath: path) == contents, "the file must be left untouched")
             }
         }
+
         @Test("SIGTERM: fire-and-forget posts still in the socket of a connection the daemon had stopped reading reach their subscriber before GOODBYE; that connection's other requests past its bound go unanswered")
         func lastReadAtShutdown() async throws {
             try await withIntegrationScope { scope in
@@ -135,14 +136,7 @@ extension Integration {
                 try await subscriber.hello()
                 try await subscriber.subscribe("drain.last", id: 1, policy: .queue(limit: 1_000))
                 // A poster that reads none of its replies: the daemon stops reading it once they pass the bound.
-                let poster = try await TestClient.connect(to: scope.socketPath, name: "poster")
-                try await poster.hello()
-                try await poster.setReading(false)
-                var queries = ByteBuffer()
-                for index in 1...2_000 {
-                    ClientFrame.query(requestID: UInt32(index), kind: QueryKind.status.rawValue, argument: "").encode(into: &queries)
-                }
-                try await poster.sendBuffer(queries)
+                let poster = try await connectUnreadQuerier(to: scope.socketPath, name: "poster", queries: 2_000)
                 _ = try await poll("the daemon to stop reading the poster (its replies over the bound)", timeout: 60,
                                    interval: .milliseconds(20)) { () throws -> Bool? in
                     let clients = try await subscriber.query([DaemonClient].self, .clients)

@@ -130,18 +130,11 @@ extension Integration {
             try await withIntegrationScope { scope in
                 let limit = 65_536
                 let daemon = try await scope.startOpenDaemon(["--outbound-limit", "\(limit)"])
-                let greedy = try await TestClient.connect(to: scope.socketPath, name: "greedy")
-                try await greedy.hello()
-                try await greedy.setReading(false)
                 let watcher = try await TestClient.connect(to: scope.socketPath, name: "watcher")
                 try await watcher.hello()
                 let answer = try await watcher.query(DaemonStatus.self, .status)
-                var frames = ByteBuffer()
-                // Small enough for the socket's buffer (the daemon stops reading this client), answers ≈ 1.5 MB.
-                for index in 1...2_000 {
-                    ClientFrame.query(requestID: UInt32(index), kind: QueryKind.status.rawValue, argument: "").encode(into: &frames)
-                }
-                try await greedy.sendBuffer(frames)
+                // Answers ≈ 1.5 MB.
+                let greedy = try await connectUnreadQuerier(to: scope.socketPath, name: "greedy", queries: 2_000)
                 // Wait until the daemon has served the greedy client up to its bound (the answers first fill the
                 // socket's buffer, served a slice per turn) and stopped (its pending bytes no longer grow).
                 var readings: [Int] = []

@@ -153,3 +153,19 @@ final class FloodReader: Sendable {
         await connection.close()
     }
 }
+
+// MARK: Unread replies
+
+/// Connects a client that reads none of its replies and pipelines `count` `QUERY status` (small enough for the
+/// socket's buffer; answers of about 750 bytes each): the daemon stops reading it once the answers pass its bound.
+func connectUnreadQuerier(to path: String, name: String, queries count: Int = 2_000) async throws -> TestClient {
+    let client = try await TestClient.connect(to: path, name: name)
+    try await client.hello()
+    try await client.setReading(false)
+    var frames = ByteBuffer()
+    for index in 1...count {
+        ClientFrame.query(requestID: UInt32(index), kind: QueryKind.status.rawValue, argument: "").encode(into: &frames)
+    }
+    try await client.sendBuffer(frames)
+    return client
+}
