@@ -144,14 +144,7 @@ extension Integration {
                 try await root.hello()
                 let baseline = try await root.query(DaemonStatus.self, .status)
 
-                // The attacker's script and its wire helpers, where uid 65534 can read them (the scope's directory).
-                let benchmarks = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-                    .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Benchmarks")
-                for file in ["quota_attacker.py", "wire.py"] {
-                    let copy = scope.directory + "/" + file
-                    try FileManager.default.copyItem(atPath: benchmarks.appendingPathComponent(file).path, toPath: copy)
-                    guard chmod(copy, 0o644) == 0 else { throw TestFailure("chmod \(copy) failed") }
-                }
+                try Self.copyBenchmarkScripts(["quota_attacker.py", "wire.py"], into: scope)
                 let attacker = try ChildProcess(
                     executable: CredentialSwitch.setprivURL,
                     arguments: CredentialSwitch.setprivArguments(
@@ -240,13 +233,11 @@ extension Integration {
         func clientsLongerThanAFrame() async throws {
             try await withIntegrationScope { scope in
                 let daemon = try await Self.startDaemon(scope, configuration: "quota connections-per-uid 500\n")
-                var connections: [TestClient] = []
-                let names = (0..<400).map { String(repeating: "c", count: 250) + String(10_000 + $0) }
-                for name in names {
-                    let connection = try await TestClient.connect(to: scope.socketPath, name: name, as: Self.attacker)
-                    try await connection.hello()
-                    connections.append(connection)
-                }
+                // Held by another process (see holdConnections).
+                let prefix = String(repeating: "c", count: 250)
+                let names = (0..<400).map { prefix + String(10_000 + $0) }
+                let holder = try await scope.holdConnections(names.count, namePrefix: prefix, as: Self.attacker)
+
                 let listing = try await scope.run(.notifyctl, ["clients", "--json", "--socket", scope.socketPath])
                 #expect(listing.termination == .exited(0), "\(listing.diagnostics)")
                 let decoded = try JSONSerialization.jsonObject(with: Data(listing.stdoutLines.joined().utf8)) as? [[String: Any]]
@@ -255,8 +246,20 @@ extension Integration {
                 let text = try await scope.run(.notifyctl, ["clients", "--socket", scope.socketPath])
                 #expect(text.termination == .exited(0), "\(text.diagnostics)")
                 #expect(text.stdoutLines.filter { $0.contains(String(repeating: "c", count: 250)) }.count == names.count)
-                for connection in connections { await connection.close() }
+                holder.send(SIGKILL)
+                _ = try await holder.waitForExit()
                 try await scope.stopDaemon(daemon)
+            }
+        }
+
+        /// Copies scripts of `Benchmarks/` into the scope's directory, where another uid can read them.
+        private static func copyBenchmarkScripts(_ files: [String], into scope: IntegrationScope) throws {
+            let benchmarks = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Benchmarks")
+            for file in files {
+                let copy = scope.directory + "/" + file
+                try FileManager.default.copyItem(atPath: benchmarks.appendingPathComponent(file).path, toPath: copy)
+                guard chmod(copy, 0o644) == 0 else { throw TestFailure("chmod \(copy) failed") }
             }
         }
 

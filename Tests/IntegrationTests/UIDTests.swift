@@ -120,17 +120,8 @@ extension Integration {
                 let path = scope.socketPath
                 let other = PeerIdentity(uid: Self.other.uid, gid: Self.other.gid)
                 var problems: [String] = []
-                var open: [TestClient] = []
-                for index in 0..<256 {
-                    let connection = try await TestClient.connect(to: path, name: "uid-1001-\(index)", as: other)
-                    do {
-                        try await connection.hello()
-                    } catch {
-                        problems.append("connection \(index + 1) of uid 1001 was refused: \(error)")
-                        break
-                    }
-                    open.append(connection)
-                }
+                // Held by another process (see holdConnections); it fails if one of the 256 gets no WELCOME.
+                let held = try await scope.holdConnections(256, namePrefix: "uid-1001-", as: other)
                 let refused = try await TestClient.connect(to: path, name: "uid-1001-refused", as: other)
                 let (frames, end) = try await refused.framesUntilEnd()
                 if case .error(let error)? = frames.first {
@@ -149,15 +140,14 @@ extension Integration {
                 let nobody = try await TestClient.connect(
                     to: path, name: "nobody", as: PeerIdentity(uid: Self.nobody.uid, gid: Self.nobody.gid))
                 try await nobody.hello()
-                var roots: [TestClient] = []
-                for index in 0..<300 {
-                    let root = try await TestClient.connect(to: path, name: "root-\(index)")
-                    try await root.hello()
-                    roots.append(root)
-                }
-                let status = try await roots[0].query(DaemonStatus.self, .status)
+                let roots = try await scope.holdConnections(300, namePrefix: "root-")
+                let status = try await nobody.query(DaemonStatus.self, .status)
                 if status.connections != 256 + 1 + 300 { problems.append("status reports \(status.connections) connections") }
-                for connection in open + roots + [nobody] { await connection.close() }
+                for holder in [held, roots] {
+                    holder.send(SIGKILL)
+                    _ = try await holder.waitForExit()
+                }
+                await nobody.close()
                 let outcome = problems
                 #expect(outcome.isEmpty, "\(outcome)")
                 try await scope.stopDaemon(daemon)
