@@ -282,12 +282,34 @@ final class Broker {
     /// `name` (see ``PostRun``): continues the open run or ends it and opens a new one.
     func postInRun(name: String, payload: ByteBuffer, from poster: Peer, exactSubscribers: SubscriberIndex.Subscribers?) {
         if run.poster !== poster || ExactName(run.name) != ExactName(name) {
-            endRun()
-            run.open(poster: poster, name: name, generation: index.generation, reusing: slots[poster.slot].parked.take())
-            collectRecipients(
-                of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &run.recipients)
+            openRun(name: name, by: poster, exactSubscribers: exactSubscribers)
         }
         payload.withUnsafeReadableBytes { appendToRun($0) }
+    }
+
+    /// Opens a run with the `POST` whose fields are `body`, if it is a plain post (flags 0, a payload within
+    /// `maxPayload`) to a name with exact subscribers that `poster` may post under. The name is found from the
+    /// frame's bytes, with no `String` built: a poster spreading its posts over many names pays one table lookup
+    /// per post. Such a post needs no other check: having exact subscribers proves the name's grammar, and the
+    /// rest is what ``Peer``'s full path checks.
+    ///
+    /// - Returns: `false` when the post needs the full path (nothing was done).
+    func startRun(ifPlainPostBy poster: Peer, body: ByteBuffer, maxPayload: Int) -> Bool {
+        body.withUnsafeReadableBytes { fields in
+            guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
+                let (name, subscribers) = index.exactEntry(named: UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2))),
+                access.checkPost(name, by: poster.identity, action: "post") == nil
+            else { return false }
+            openRun(name: name, by: poster, exactSubscribers: subscribers)
+            appendToRun(post.payload)
+            return true
+        }
+    }
+
+    private func openRun(name: String, by poster: Peer, exactSubscribers: SubscriberIndex.Subscribers?) {
+        endRun()
+        run.open(poster: poster, name: name, generation: index.generation, reusing: slots[poster.slot].parked.take())
+        collectRecipients(of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &run.recipients)
     }
 
     /// Adds the `POST` whose fields are `body` to `poster`'s open run, if it continues it: flags 0, the run's

@@ -14,15 +14,19 @@ extension Peer {
 
     /// Serves one frame the handler took from its accumulator: the handler talks to its peer only, the peer to
     /// the broker. A post that continues this peer's run of posts to one name needs no decoding or checks beyond
-    /// its size: the first post of the run passed them all (see ``PostRun``).
+    /// its size: the first post of the run passed them all (see ``PostRun``); a plain post to a name with exact
+    /// subscribers starts a run without being decoded (``Broker/startRun(ifPlainPostBy:body:maxPayload:)``).
     @inline(__always)
     func serve(type: UInt8, body: inout ByteBuffer, maxPayload: Int) throws(WireDecodingError) -> ServedFrame {
         let isPost = type == MessageType.post.rawValue
         if isPost, broker.appendToRun(ifContinuedBy: self, body: body, maxPayload: maxPayload) { return .runPost }
-        broker.endRun()
         // A SET_STATE walks the state watchers' trie: it counts like a post's walk; a SUBSCRIBE that asks for the
         // current values of a pattern scans every state or retained name: each entry counts as a visit.
         let visitsBefore = broker.matchingWork
+        if isPost, isOpen, broker.startRun(ifPlainPostBy: self, body: body, maxPayload: maxPayload) {
+            return .runStart(patternVisits: broker.matchingWork &- visitsBefore)
+        }
+        broker.endRun()
         handle(try ClientFrame.decode(type: type, body: &body))
         let visits = broker.matchingWork &- visitsBefore
         return isPost ? .runStart(patternVisits: visits) : .request(patternVisits: visits)

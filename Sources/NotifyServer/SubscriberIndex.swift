@@ -51,7 +51,7 @@ final class SubscriberIndex {
         init(_ subscribers: [Subscriber]) { self.subscribers = subscribers }
     }
 
-    private var exact: [ExactName: Subscribers] = [:]
+    private var exact = NameTable<Subscribers>()
     private let patterns = PatternTrie()
     /// Counts the changes that outdate routes worked out before them.
     private(set) var generation: UInt64 = 0
@@ -64,6 +64,9 @@ final class SubscriberIndex {
     var patternNodeCount: Int { patterns.nodeCount }
     /// Pattern trie nodes visited by matches so far: the routing work a peer's frames cost.
     var patternNodesVisited: Int { patterns.nodesVisited }
+    /// Names whose bytes the exact table compared with a looked-up name so far (about one per lookup that finds
+    /// its name, whatever the number of names).
+    var exactNameComparisons: Int { exact.nameComparisons }
 
     /// Outdates every route worked out so far (the access rules changed).
     func invalidateRoutes() { generation &+= 1 }
@@ -71,12 +74,14 @@ final class SubscriberIndex {
     /// Adds `subscriber` to the subscribers of exactly `name`, or replaces its peer's entry there.
     func set(_ subscriber: Subscriber, exact name: String) {
         generation &+= 1
-        let key = ExactName(name)
-        switch exact[key] {
-        case nil:
-            exact[key] = .one(subscriber)
+        guard let entry = exact.find(name) else {
+            exact.insert(name, .one(subscriber))
+            return
+        }
+        switch exact.entries[entry].value {
         case .one(let other):
-            exact[key] = other.peer === subscriber.peer ? .one(subscriber) : .many(SubscriberList([other, subscriber]))
+            exact.setValue(
+                other.peer === subscriber.peer ? .one(subscriber) : .many(SubscriberList([other, subscriber])), at: entry)
         case .many(let list):
             if let index = list.subscribers.firstIndex(where: { $0.peer === subscriber.peer }) {
                 list.subscribers[index] = subscriber
@@ -89,17 +94,15 @@ final class SubscriberIndex {
     /// Removes `peer`'s entry for exactly `name`.
     func remove(_ peer: Peer, exact name: String) {
         generation &+= 1
-        let key = ExactName(name)
-        switch exact[key] {
-        case nil:
-            return
+        guard let entry = exact.find(name) else { return }
+        switch exact.entries[entry].value {
         case .one(let other):
-            if other.peer === peer { exact.removeValue(forKey: key) }
+            if other.peer === peer { exact.remove(at: entry) }
         case .many(let list):
             guard let index = list.subscribers.firstIndex(where: { $0.peer === peer }) else { return }
             list.subscribers.swapAt(index, list.subscribers.count - 1)
             list.subscribers.removeLast()
-            if list.subscribers.count == 1 { exact[key] = .one(list.subscribers[0]) }
+            if list.subscribers.count == 1 { exact.setValue(.one(list.subscribers[0]), at: entry) }
         }
     }
 
@@ -117,11 +120,19 @@ final class SubscriberIndex {
 
     /// The exact subscribers of `name`, if any; having them also proves it passed the name grammar when it
     /// was subscribed.
-    func exactSubscribers(of name: String) -> Subscribers? { exact[ExactName(name)] }
+    func exactSubscribers(of name: String) -> Subscribers? { exact.value(for: name) }
+
+    /// The name whose UTF-8 is `bytes` (as the table holds it: no `String` is built) and its exact subscribers,
+    /// if it has any; the bytes then passed the name grammar when the name was subscribed.
+    @inline(__always)
+    func exactEntry(named bytes: UnsafeRawBufferPointer) -> (name: String, subscribers: Subscribers)? {
+        guard let entry = exact.find(bytes) else { return nil }
+        return (exact.entries[entry].name, exact.entries[entry].value)
+    }
 
     /// `peer`'s entry for exactly `name`, if it has one.
     func subscriber(of peer: Peer, exact name: String) -> Subscriber? {
-        switch exact[ExactName(name)] {
+        switch exact.value(for: name) {
         case nil: nil
         case .one(let subscriber): subscriber.peer === peer ? subscriber : nil
         case .many(let list): list.subscribers.first { $0.peer === peer }
@@ -129,10 +140,10 @@ final class SubscriberIndex {
     }
 
     /// How many peers subscribed to exactly `name`.
-    func subscriberCount(of name: ExactName) -> Int { exact[name]?.count ?? 0 }
+    func subscriberCount(of name: ExactName) -> Int { exact.value(for: name.string)?.count ?? 0 }
 
     /// Every name with an exact subscriber.
-    var exactNames: Dictionary<ExactName, Subscribers>.Keys { exact.keys }
+    var exactNames: [ExactName] { exact.entries.map { ExactName($0.name) } }
 
     /// Calls `body` for each entry matching `name`: its exact subscribers (looked up by the caller), then the
     /// patterns. A peer may come more than once (an exact name and patterns, or several patterns).

@@ -140,6 +140,33 @@ struct PostRunTests {
         }
     }
 
+    @Test("A plain post that starts a run from its bytes passes the checks of a decoded post: access rules, the handshake")
+    func runStartIsChecked() async throws {
+        try await withServer(everyUser: true) { server in
+            let root = try await server.connect("root")
+            try await root.subscribe("user.4201.inbox", subscriptionID: 1, requestID: 1)
+            try await root.subscribe("run.open", subscriptionID: 2, requestID: 2)
+            // bob spreads his posts over names with subscribers: each post starts a run; alice's name is refused.
+            let bob = try await server.connect("bob", as: .bob)
+            try await bob.send([
+                Self.post("run.open", 1), Self.post("user.4201.inbox", 2), Self.post("run.open", 3),
+                Self.post("user.4201.inbox", 4),
+            ])
+            for requestID: UInt32 in [2, 4] {
+                let refused = try await bob.nextError()
+                #expect(refused.code == .permissionDenied && refused.requestID == requestID, "\(refused)")
+            }
+            #expect(try await Self.receive(2, from: root).map(\.1) == ["1", "3"])
+            try await root.expectQuiet("bob's posts under user.4201. reached nobody")
+
+            let early = try await server.connectRaw("no-hello")
+            try await early.send(Self.post("run.open", 5))
+            let (frames, _) = try await early.framesUntilEnd()
+            #expect(frames.compactMap(\.errorFrame).map(\.code) == [.handshakeRequired], "\(frames.map(\.summary))")
+            try await root.expectQuiet("a post before HELLO reached nobody")
+        }
+    }
+
     @Test("Runs held for a suspended subscriber coalesce into one NOTIFICATION_MERGED counting every post")
     func heldRunsCoalesce() async throws {
         try await withServer { server in

@@ -1,0 +1,148 @@
+import NotifyWire
+
+/// A hash table from exact names to values that finds a name from its raw bytes, as a `POST` carries them, with
+/// one name compared per lookup in the common case.
+///
+/// With 100,000 names, a `Dictionary<ExactName, _>` compared every probed key's bytes, each a cache miss on
+/// another `String`'s storage. Here the probe sequence lives in one array of 8-byte slots that also hold 32 bits of
+/// each name's hash, so a lookup reads slots until a tag matches and compares that one entry's name. Linear
+/// probing at most half full; removal shifts later slots back (no tombstones), so the probe sequences stay short
+/// under churn. The hash is the standard library's seeded `Hasher`: another user cannot choose names that collide.
+struct NameTable<Value> {
+    /// A name and its value, stored densely (in insertion order until removals move the last entry into a hole).
+    struct Entry {
+        /// The name, as it was inserted.
+        let name: String
+        /// `name`'s hash, for finding its slot again when slots move.
+        let hash: Int
+        /// The value.
+        var value: Value
+    }
+
+    /// The entries, densely.
+    private(set) var entries: [Entry] = []
+    /// 0: empty; otherwise the upper 32 bits of the entry's hash, then the entry's index plus one.
+    private var slots: [UInt64] = []
+    /// Names whose bytes were compared with a looked-up name: the lookups' real work, for the tests that bound it.
+    private(set) var nameComparisons = 0
+
+    /// An empty table (it allocates on the first insertion).
+    init() {}
+
+    /// The number of names.
+    var count: Int { entries.count }
+
+    /// The index in ``entries`` of the entry for the name whose UTF-8 is `bytes`, if any.
+    @inline(__always)
+    mutating func find(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        guard !slots.isEmpty else { return nil }
+        let hash = Self.hash(bytes)
+        let tag = Self.tag(hash)
+        let mask = slots.count - 1
+        var position = hash & mask
+        while true {
+            let slot = slots[position]
+            if slot == 0 { return nil }
+            if slot >> 32 == tag {
+                let entry = Int(truncatingIfNeeded: slot & 0xFFFF_FFFF) - 1
+                nameComparisons &+= 1
+                if Self.hasBytes(entries[entry].name, bytes) { return entry }
+            }
+            position = (position &+ 1) & mask
+        }
+    }
+
+    /// The index in ``entries`` of the entry for `name`, if any.
+    mutating func find(_ name: String) -> Int? {
+        var name = name
+        return name.withUTF8 { find(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The value for `name`, if any.
+    mutating func value(for name: String) -> Value? {
+        find(name).map { entries[$0].value }
+    }
+
+    /// Replaces the value of the entry at `index`.
+    mutating func setValue(_ value: Value, at index: Int) {
+        entries[index].value = value
+    }
+
+    /// Adds `name` with `value`; `name` must not be in the table yet.
+    mutating func insert(_ name: String, _ value: Value) {
+        if (entries.count + 1) * 2 > slots.count { resize(to: max(16, slots.count * 2)) }
+        var bytes = name
+        let hash = bytes.withUTF8 { Self.hash(UnsafeRawBufferPointer($0)) }
+        entries.append(Entry(name: name, hash: hash, value: value))
+        place(entry: entries.count - 1, hash: hash)
+    }
+
+    /// Removes the entry at `index`; the last entry takes its place in ``entries``.
+    mutating func remove(at index: Int) {
+        let mask = slots.count - 1
+        // Empty the entry's slot, then move back each later slot of the cluster that may sit at or before the hole
+        // (its home is not in the cyclic range between the hole and it).
+        var hole = slot(of: index)
+        var next = (hole &+ 1) & mask
+        while slots[next] != 0 {
+            let home = entries[Self.entryIndex(slots[next])].hash & mask
+            if (next &- home) & mask >= (next &- hole) & mask {
+                slots[hole] = slots[next]
+                hole = next
+            }
+            next = (next &+ 1) & mask
+        }
+        slots[hole] = 0
+        let last = entries.count - 1
+        if index != last {
+            let moved = slot(of: last)
+            slots[moved] = (slots[moved] & ~0xFFFF_FFFF) | UInt64(index + 1)
+            entries.swapAt(index, last)
+        }
+        entries.removeLast()
+        // Give memory back after a mass unsubscription, with room to grow again before the next resize.
+        if slots.count > 64, entries.count * 8 < slots.count { resize(to: slots.count / 2) }
+    }
+
+    // MARK: Slots
+
+    private static func hash(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var hasher = Hasher()
+        hasher.combine(bytes: bytes)
+        return hasher.finalize()
+    }
+
+    @inline(__always)
+    private static func tag(_ hash: Int) -> UInt64 { UInt64(UInt(bitPattern: hash) >> 32) }
+
+    @inline(__always)
+    private static func entryIndex(_ slot: UInt64) -> Int { Int(truncatingIfNeeded: slot & 0xFFFF_FFFF) - 1 }
+
+    @inline(__always)
+    private static func hasBytes(_ name: String, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        if let equal = name.utf8.withContiguousStorageIfAvailable({ UnsafeRawBufferPointer($0).bytesEqual(bytes) }) {
+            return equal
+        }
+        return name.utf8.elementsEqual(bytes)
+    }
+
+    /// The slot that holds entry `index`.
+    private func slot(of index: Int) -> Int {
+        let mask = slots.count - 1
+        var position = entries[index].hash & mask
+        while Self.entryIndex(slots[position]) != index { position = (position &+ 1) & mask }
+        return position
+    }
+
+    private mutating func place(entry index: Int, hash: Int) {
+        let mask = slots.count - 1
+        var position = hash & mask
+        while slots[position] != 0 { position = (position &+ 1) & mask }
+        slots[position] = Self.tag(hash) << 32 | UInt64(index + 1)
+    }
+
+    private mutating func resize(to capacity: Int) {
+        slots = Array(repeating: 0, count: capacity)
+        for index in entries.indices { place(entry: index, hash: entries[index].hash) }
+    }
+}
