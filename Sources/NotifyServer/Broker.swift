@@ -287,6 +287,17 @@ final class Broker {
         payload.withUnsafeReadableBytes { appendToRun($0) }
     }
 
+    /// Starts loading what routing the posts among the next `count` frames buffered will read (see
+    /// ``SubscriberIndex/prefetchExactNames(_:)``).
+    func prefetchRoutes(of frames: FrameAccumulator<ClientFrame>, count: Int) {
+        index.prefetchExactNames { each in
+            frames.forEachBufferedFrame(limit: count) { type, fields in
+                guard type == MessageType.post.rawValue, let post = ClientFrame.PostFields(fields: fields) else { return }
+                each(UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2)))
+            }
+        }
+    }
+
     /// Opens a run with the `POST` whose fields are `body`, if it is a plain post (flags 0, a payload within
     /// `maxPayload`) to a name with exact subscribers that `poster` may post under. The name is found from the
     /// frame's bytes, with no `String` built: a poster spreading its posts over many names pays one table lookup

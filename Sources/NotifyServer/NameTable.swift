@@ -1,3 +1,4 @@
+import CNotifyPosix
 import NotifyWire
 
 /// A hash table from exact names to values that finds a name from its raw bytes, as a `POST` carries them, with
@@ -102,6 +103,63 @@ struct NameTable<Value> {
         entries.removeLast()
         // Give memory back after a mass unsubscription, with room to grow again before the next resize.
         if slots.count > 64, entries.count * 8 < slots.count { resize(to: slots.count / 2) }
+    }
+
+    // MARK: Loading ahead
+
+    /// Starts loading the slot where a lookup of the name whose UTF-8 is `bytes` begins; returns the name's hash
+    /// for ``prefetchEntry(hash:)`` and ``prefetchName(hash:)``. These three are hints: they change nothing and a
+    /// later lookup does not rely on them. `mutating` although they change nothing: called on the index's stored
+    /// table, a non-mutating method got a copy of it (a retain and release of both arrays, per name).
+    mutating func prefetchSlot(of bytes: UnsafeRawBufferPointer) -> Int {
+        let hash = Self.hash(bytes)
+        if !slots.isEmpty { slots.withUnsafeBufferPointer { notifyd_prefetch($0.baseAddress! + (hash & (slots.count - 1))) } }
+        return hash
+    }
+
+    /// Starts loading the entry that the first slot with the hash's tag points to (its slot should be loaded).
+    mutating func prefetchEntry(hash: Int) {
+        guard let entry = firstTagged(hash) else { return }
+        entries.withUnsafeBytes { raw in
+            let start = raw.baseAddress! + entry * MemoryLayout<Entry>.stride
+            notifyd_prefetch(start)
+            notifyd_prefetch(start + (MemoryLayout<Entry>.size - 1))
+        }
+    }
+
+    /// Starts loading the name of that entry (the entry should be loaded): the storage of a name too long to sit
+    /// inside its `String`, where a lookup compares the bytes and a run retains it.
+    ///
+    /// Reads the storage's address from the `String`'s bits rather than through its API, which would retain it:
+    /// touching its reference count is the very miss this avoids. Only a hint: were the layout other than the
+    /// standard library's 64-bit one (count and flags, then the object's address under a 4-bit discriminator),
+    /// the CPU would be asked to load a useless line, never to fault.
+    mutating func prefetchName(hash: Int) {
+        guard let entry = firstTagged(hash) else { return }
+        entries.withUnsafeBytes { raw in
+            let start = entry * MemoryLayout<Entry>.stride + Self.nameOffset
+            // The top four bits are 0 only for a native string with storage of its own (not small, not literal).
+            let object = raw.load(fromByteOffset: start + 8, as: UInt64.self)
+            guard object >> 60 == 0, let storage = UnsafeRawPointer(bitPattern: UInt(object)) else { return }
+            notifyd_prefetch(storage)
+            notifyd_prefetch(storage + 32)
+        }
+    }
+
+    private static var nameOffset: Int { MemoryLayout<Entry>.offset(of: \Entry.name)! }
+
+    private func firstTagged(_ hash: Int) -> Int? {
+        guard !slots.isEmpty else { return nil }
+        let tag = Self.tag(hash)
+        let mask = slots.count - 1
+        var position = hash & mask
+        for _ in 0..<4 {
+            let slot = slots[position]
+            if slot == 0 { return nil }
+            if slot >> 32 == tag { return Self.entryIndex(slot) }
+            position = (position &+ 1) & mask
+        }
+        return nil
     }
 
     // MARK: Slots

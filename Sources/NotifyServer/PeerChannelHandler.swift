@@ -36,6 +36,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private var turnCost = 0
     private var turnFullPathFrames = 0
     private var turnPatternVisits = 0
+    /// Frames served, and runs started, since the routes of the frames ahead were last loaded.
+    private var framesSincePrefetch = 0
+    private var runStartsSincePrefetch = 0
+    /// How many frames ahead a poster spreading its posts over names has their routes loaded at once.
+    static let prefetchGroup = 16
 
     /// The socket's cookie (`SO_COOKIE`), read when it became active: what a hand-over matches sockets by.
     private(set) var cookie: UInt64 = 0
@@ -180,12 +185,22 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                     deferServing()
                     break
                 }
+                if framesSincePrefetch >= Self.prefetchGroup {
+                    // Most of the last frames started runs: a poster spreading over names (see `prefetchRoutes`).
+                    if runStartsSincePrefetch * 2 >= Self.prefetchGroup {
+                        broker.prefetchRoutes(of: accumulator, count: Self.prefetchGroup)
+                    }
+                    framesSincePrefetch = 0
+                    runStartsSincePrefetch = 0
+                }
                 guard var frame = try accumulator.nextRawFrame() else { break }
+                framesSincePrefetch += 1
                 switch try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload) {
                 case .runPost:
                     turnCost += Self.runPostCost
                     continue
                 case .runStart(let visits):
+                    runStartsSincePrefetch += 1
                     turnCost += Self.runStartCost
                     turnPatternVisits += visits
                 case .request(let visits):

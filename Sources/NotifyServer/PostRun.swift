@@ -62,10 +62,12 @@ struct PostRun {
     ///
     /// - Parameter storage: the poster's parked route, if it has one (for another name, or outdated): its
     ///   arrays are reused.
-    mutating func open(poster: Peer, name: String, generation: UInt64, reusing storage: ParkedRoute?) {
-        if let storage {
-            encoder = storage.encoder
-            recipients = storage.recipients
+    mutating func open(poster: Peer, name: String, generation: UInt64, reusing storage: consuming ParkedRoute?) {
+        // Moved out, not copied: with the route still holding them, emptying and refilling the arrays below would
+        // copy them to new storage, and freeing the route's would make two allocations and two frees per run.
+        if var storage = storage.take() {
+            swap(&encoder, &storage.encoder)
+            swap(&recipients, &storage.recipients)
             recipients.removeAll(keepingCapacity: true)
         }
         self.poster = poster

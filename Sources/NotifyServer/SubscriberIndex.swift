@@ -130,6 +130,18 @@ final class SubscriberIndex {
         return (exact.entries[entry].name, exact.entries[entry].value)
     }
 
+    /// Starts loading the memory that lookups of the names whose UTF-8 `names` gives will read, all at once: a
+    /// poster spreading its posts over many names otherwise waits for each lookup's cache misses in turn.
+    func prefetchExactNames(_ names: (_ each: (UnsafeRawBufferPointer) -> Void) -> Void) {
+        guard exact.count > 0 else { return }
+        prefetchHashes.removeAll(keepingCapacity: true)
+        names { prefetchHashes.append(exact.prefetchSlot(of: $0)) }
+        for hash in prefetchHashes { exact.prefetchEntry(hash: hash) }
+        for hash in prefetchHashes { exact.prefetchName(hash: hash) }
+    }
+
+    private var prefetchHashes: [Int] = []
+
     /// `peer`'s entry for exactly `name`, if it has one.
     func subscriber(of peer: Peer, exact name: String) -> Subscriber? {
         switch exact.value(for: name) {

@@ -68,6 +68,26 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         return (type, body)
     }
 
+    /// Calls `body` with the type byte and fields of each whole frame buffered, up to `limit` frames, without
+    /// consuming them: for a reader that prepares for the frames ahead (the daemon starts loading the memory their
+    /// names will reach). Stops at the first frame not whole or not valid; ``nextRawFrame()`` judges those.
+    @inlinable
+    package func forEachBufferedFrame(limit: Int, _ body: (UInt8, UnsafeRawBufferPointer) -> Void) {
+        buffer?.withUnsafeReadableBytes { bytes in
+            var offset = 0
+            var count = 0
+            while count < limit, offset + ProtocolConstants.lengthPrefixSize < bytes.count {
+                let length = Int(UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+                let end = offset + ProtocolConstants.lengthPrefixSize + length
+                guard length > 0, length <= maxFrameLength, end <= bytes.count else { return }
+                let type = bytes[offset + ProtocolConstants.lengthPrefixSize]
+                body(type, UnsafeRawBufferPointer(rebasing: bytes[(offset + ProtocolConstants.lengthPrefixSize + 1)..<end]))
+                offset = end
+                count += 1
+            }
+        }
+    }
+
     /// Call when the stream has ended: throws if part of a frame was left unread.
     @inlinable
     package func finish() throws(WireDecodingError) {

@@ -48,6 +48,13 @@ struct NameTableTests {
                 table.insert(name, round)
                 model[name] = round
             }
+            if round % 100 == 0 {
+                // Loading ahead is a hint: on any table (growing, shrinking, names removed) it changes nothing.
+                var bytes = name
+                let hash = bytes.withUTF8 { table.prefetchSlot(of: UnsafeRawBufferPointer($0)) }
+                table.prefetchEntry(hash: hash)
+                table.prefetchName(hash: hash)
+            }
             if round % 4_000 == 3_999 || round == 39_999 {
                 #expect(table.count == model.count)
                 for name in names where Self.lookUp(name, in: &table) != model[name] {

@@ -21,4 +21,7 @@ long notifyd_send_with_fds(int socket, const uint8_t *bytes, size_t length, cons
 /// and the call fails with EMSGSIZE.
 long notifyd_receive_with_fds(int socket, uint8_t *bytes, size_t capacity, int *fds, size_t fd_capacity,
                               size_t *fd_count);
+
+/// Asks the CPU to start loading the cache line at `address` (a hint: it never faults, whatever the address).
+static inline void notifyd_prefetch(const void *address) { __builtin_prefetch(address); }
 #endif
