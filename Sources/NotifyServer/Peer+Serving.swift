@@ -6,6 +6,9 @@ extension Peer {
     enum ServedFrame {
         /// A post that continued the peer's run of posts to one name: a sequence number and a copy of its bytes.
         case runPost
+        /// A plain post to a name with exact subscribers that started a run from its bytes (checked and routed, not
+        /// decoded), and the pattern-trie nodes its match visited.
+        case runStartFromBytes(patternVisits: Int)
         /// A post that started a run (decoded, checked and routed), and the pattern-trie nodes its match visited.
         case runStart(patternVisits: Int)
         /// Any other request, and the pattern-trie nodes or stored names it visited.
@@ -24,7 +27,7 @@ extension Peer {
         // current values of a pattern scans every state or retained name: each entry counts as a visit.
         let visitsBefore = broker.matchingWork
         if isPost, isOpen, broker.startRun(ifPlainPostBy: self, body: body, maxPayload: maxPayload) {
-            return .runStart(patternVisits: broker.matchingWork &- visitsBefore)
+            return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)
         }
         broker.endRun()
         handle(try ClientFrame.decode(type: type, body: &body))

@@ -76,6 +76,44 @@ struct FairnessTests {
         }
     }
 
+    @Test("5,000 pipelined posts, each to another name with an exact subscriber: in order, at most runStartsFromBytesPerTurn a turn")
+    func postsToManySubscribedNamesAreServedInSlices() async throws {
+        try await withServer { server in
+            let subscriber = try await server.connectRaw("subscriber")
+            try await subscriber.hello()
+            let count = 5_000
+            var subscriptions = ByteBuffer()
+            for index in 1...count {
+                ClientFrame.testSubscribe(
+                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "exact.n\(index)", policy: .queue(limit: 10)
+                ).encode(into: &subscriptions)
+            }
+            try await subscriber.sendBuffer(subscriptions)
+            for index in 1...count {
+                guard case .ok(UInt32(index)) = try await subscriber.next() else { throw TestFailure("no OK for SUBSCRIBE \(index)") }
+            }
+            let poster = try await server.connectRaw("poster")
+            try await poster.hello()
+            var bytes = ByteBuffer()
+            for index in 1...count {
+                ClientFrame.post(.init(requestID: 0, name: "exact.n\(index)", payload: ByteBuffer(string: "\(index)")))
+                    .encode(into: &bytes)
+            }
+            ClientFrame.ping(requestID: 1).encode(into: &bytes)
+            try await poster.sendBuffer(bytes)
+            guard case .pong(1) = try await poster.next() else { throw TestFailure("no PONG after the posts") }
+            for index in 1...count {
+                let notification = try await subscriber.nextNotification()
+                #expect(notification.name == "exact.n\(index)", "notification \(index) out of order")
+            }
+            let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "poster" })
+            #expect(
+                entry.mostFramesInOneTurn <= PeerChannelHandler.runStartsFromBytesPerTurn + 1,
+                "\(entry.mostFramesInOneTurn) posts served in one turn")
+            #expect(entry.mostFramesInOneTurn >= PeerChannelHandler.runStartsFromBytesPerTurn, "the bound was never reached")
+        }
+    }
+
     @Test("posts and requests share one budget per turn: 1,000 of each, interleaved, are served about 50 pairs a turn")
     func postsAndRequestsShareTheBudget() async throws {
         try await withServer { server in
