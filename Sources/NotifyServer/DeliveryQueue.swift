@@ -80,6 +80,20 @@ struct DeliveryQueue {
         return shouldFlushEarly
     }
 
+    /// Queues one notification that `encode` writes straight into the outbound bytes (`size` of them), if the peer
+    /// can take it now, as ``queueIfRoom(_:)`` decides.
+    ///
+    /// - Returns: whether to flush now, or `nil` if nothing was done.
+    @inline(__always)
+    mutating func encodeIfRoom(size: Int, _ encode: (inout ByteBuffer) -> Void) -> Bool? {
+        guard held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, size <= quotaRoom else {
+            return nil
+        }
+        outbound.append(encodedSize: size, encode)
+        syncCharge()
+        return shouldFlushEarly
+    }
+
     /// Whether enough is queued to hand it to the socket before the read burst ends. One burst can carry more
     /// posts than the bound holds: batches go as the burst goes, so a subscriber that keeps reading is not
     /// treated as slow. Up to 256 KiB a batch: with large notifications, smaller batches cost a write (and a

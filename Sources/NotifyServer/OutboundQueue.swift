@@ -43,6 +43,13 @@ struct OutboundQueue {
         buffer.writeImmutableBuffer(frame)
     }
 
+    /// Appends what `encode` writes, `size` bytes or about that many (the batch's first frame sizes its storage).
+    @inline(__always)
+    mutating func append(encodedSize size: Int, _ encode: (inout ByteBuffer) -> Void) {
+        if buffer.capacity == 0 { buffer.reserveCapacity(max(nextBatchCapacity, size)) }
+        encode(&buffer)
+    }
+
     mutating func append(_ frame: ServerFrame) {
         if buffer.capacity == 0 { buffer.reserveCapacity(nextBatchCapacity) }
         frame.encode(into: &buffer)

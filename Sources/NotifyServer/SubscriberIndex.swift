@@ -123,11 +123,12 @@ final class SubscriberIndex {
     func exactSubscribers(of name: String) -> Subscribers? { exact.value(for: name) }
 
     /// The name whose UTF-8 is `bytes` (as the table holds it: no `String` is built) and its exact subscribers,
-    /// if it has any; the bytes then passed the name grammar when the name was subscribed.
+    /// if it has any; the bytes then passed the name grammar when the name was subscribed. `entry` tells the name
+    /// from others until the ``generation`` changes.
     @inline(__always)
-    func exactEntry(named bytes: UnsafeRawBufferPointer) -> (name: String, subscribers: Subscribers)? {
+    func exactEntry(named bytes: UnsafeRawBufferPointer) -> (name: String, subscribers: Subscribers, entry: Int)? {
         guard let entry = exact.find(bytes) else { return nil }
-        return (exact.entries[entry].name, exact.entries[entry].value)
+        return (exact.entries[entry].name, exact.entries[entry].value, entry)
     }
 
     /// Starts loading the memory that lookups of the names whose UTF-8 `names` gives will read, all at once: a

@@ -82,6 +82,41 @@ public struct NotificationRunEncoder {
         return total
     }
 
+    /// Appends the whole `NOTIFICATION` frame of one post by the sender `pid`, `uid`, `gid` whose name field (the name's length and bytes,
+    /// as `POST` carries them) is `nameField`: for a post with one recipient, encoded straight into its queue with no
+    /// run. Same bytes as a run's frame (`RunEncodingTests`).
+    ///
+    /// - Returns: the frame's length, prefix included.
+    @inlinable @inline(__always) @discardableResult
+    package static func encodeFrame(
+        sequence: UInt64, pid: UInt32, uid: UInt32, gid: UInt32, nameField: UnsafeRawBufferPointer,
+        payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer
+    ) -> Int {
+        let bodyLength = 1 + 8 + 12 + nameField.count + 4 + payload.count
+        let total = Self.lengthPrefixSize + bodyLength
+        if buffer.writableBytes < total { buffer.reserveCapacity(minimumWritableBytes: total) }
+        let start = buffer.writerIndex
+        buffer.withVeryUnsafeMutableBytes { storage in
+            let out = UnsafeMutableRawBufferPointer(rebasing: storage[start..<(start + total)])
+            out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
+            out[4] = Self.notificationType
+            out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
+            out.storeBytes(of: pid.bigEndian, toByteOffset: 13, as: UInt32.self)
+            out.storeBytes(of: uid.bigEndian, toByteOffset: 17, as: UInt32.self)
+            out.storeBytes(of: gid.bigEndian, toByteOffset: 21, as: UInt32.self)
+            var position = 25
+            UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + nameField.count)]).copyMemory(from: nameField)
+            position += nameField.count
+            out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
+            position += 4
+            if payload.count > 0 {
+                UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)]).copyMemory(from: payload)
+            }
+        }
+        buffer.moveWriterIndex(forwardBy: total)
+        return total
+    }
+
     /// ``ProtocolConstants/lengthPrefixSize`` and ``MessageType/notification``, as literals the inlined writer
     /// can use without a call (`RunEncodingTests` checks they match).
     @inlinable package static var lengthPrefixSize: Int { 4 }

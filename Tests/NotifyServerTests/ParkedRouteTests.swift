@@ -94,8 +94,12 @@ struct ParkedRouteTests {
             await bystander.close()
             try await server.waitForSnapshot("the bystander gone") { $0.clients.count == 2 }
             #expect(try await withBroker(of: server.server) { $0.parkedPosterCount } == 0)
+            // The first post to a name with one subscriber goes to it alone (no run, nothing parked); the second in
+            // a row opens a run, which parks its route.
             try await poster.send(Self.post("parked.bounded", "after"))
             try await Self.expectPayload("after", at: subscriber)
+            try await poster.send(Self.post("parked.bounded", "again"))
+            try await Self.expectPayload("again", at: subscriber)
             #expect(try await withBroker(of: server.server) { $0.parkedPosterCount } == 1)
         }
     }

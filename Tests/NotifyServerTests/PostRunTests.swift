@@ -167,6 +167,93 @@ struct PostRunTests {
         }
     }
 
+    @Test("Posts to names with one subscriber each, alone or in bursts, arrive in posting order with consecutive sequence numbers")
+    func alonePostsKeepOrder() async throws {
+        try await withServer { server in
+            var subscribers: [TestClient] = []
+            for index in 0..<3 {
+                let client = try await server.connect("subscriber-\(index)")
+                for name in 0..<4 {
+                    try await client.subscribe("alone.s\(index).n\(name)", subscriptionID: UInt32(name + 1), requestID: UInt32(name + 1))
+                }
+                subscribers.append(client)
+            }
+            let poster = try await server.connect("poster")
+            var frames: [ClientFrame] = []
+            var expected: [[String]] = [[], [], []]
+            var index = 0
+            let add = { (subscriber: Int, name: Int) in
+                index += 1
+                frames.append(Self.post("alone.s\(subscriber).n\(name)", index))
+                expected[subscriber].append("\(index)")
+            }
+            // Spread posts (each alone), bursts (the second post in a row to a name starts a run), spread again.
+            for round in 0..<30 { add(round % 3, round % 4) }
+            for subscriber in 0..<3 { for _ in 0..<5 { add(subscriber, 1) } }
+            for round in 0..<12 { add(round % 3, (round + 1) % 4) }
+            try await poster.send(frames)
+            // A second write that goes on with the name the first ended on, then spreads again.
+            frames.removeAll()
+            for _ in 0..<3 { add(2, 0) }
+            for round in 0..<6 { add(round % 3, 3) }
+            try await poster.send(frames)
+
+            var sequences: [UInt64] = []
+            for (subscriber, client) in subscribers.enumerated() {
+                let received = try await Self.receive(expected[subscriber].count, from: client)
+                #expect(received.map(\.1) == expected[subscriber], "subscriber \(subscriber)")
+                let own = received.map(\.2)
+                #expect(zip(own, own.dropFirst()).allSatisfy { $0 < $1 }, "subscriber \(subscriber): sequences in order")
+                sequences += own
+                try await client.expectQuiet()
+            }
+            #expect(sequences.sorted() == Array(1...UInt64(index)), "every post took the next sequence number")
+            let snapshot = try await server.snapshot()
+            #expect(snapshot.posts == UInt64(index) && snapshot.deliveries == UInt64(index))
+        }
+    }
+
+    @Test("A suspended subscriber holds posts that would have gone to it alone, and gets them all, in order, on RESUME")
+    func alonePostsToASuspendedSubscriber() async throws {
+        try await withServer { server in
+            let subscriber = try await server.connect("subscriber")
+            for name in 0..<3 {
+                try await subscriber.subscribe("alone.held.n\(name)", id: UInt32(name + 1), policy: .queue(limit: 1_000))
+            }
+            try await subscriber.send(.suspend(requestID: 10))
+            #expect(try await subscriber.next() == .ok(requestID: 10))
+            let poster = try await server.connect("poster")
+            try await poster.send((1...30).map { Self.post("alone.held.n\($0 % 3)", $0) })
+            try await poster.expectQuiet()
+            try await subscriber.expectQuiet("nothing reaches a suspended subscriber")
+
+            try await subscriber.send(.resume(requestID: 11))
+            var payloads: [String] = []
+            while payloads.count < 30 {
+                let frame = try await subscriber.next()
+                if frame == .ok(requestID: 11) { continue }
+                payloads.append(String(buffer: try #require(frame.notification, "got \(frame.summary)").payload))
+            }
+            #expect(payloads == (1...30).map { "\($0)" })
+            try await subscriber.expectQuiet()
+        }
+    }
+
+    @Test("A poster that asked not to get its own posts does not, when it is its name's one subscriber")
+    func alonePostHonoursNoEcho() async throws {
+        try await withServer { server in
+            let quiet = try await server.connectRaw("quiet")
+            try await quiet.send(.hello(ClientFrame.Hello(flags: HelloFlags.noEcho, clientName: "quiet")))
+            guard case .welcome = try await quiet.next() else { throw TestFailure("no WELCOME") }
+            try await quiet.subscribe("alone.echo", subscriptionID: 1, requestID: 1)
+            try await quiet.send([Self.post("alone.echo", 1), Self.post("alone.elsewhere", 2), Self.post("alone.echo", 3)])
+            try await quiet.expectQuiet("its own posts did not come back")
+            let other = try await server.connect("other")
+            try await other.send(Self.post("alone.echo", 4))
+            #expect(try await Self.receive(1, from: quiet).map(\.1) == ["4"])
+        }
+    }
+
     @Test("Runs held for a suspended subscriber coalesce into one NOTIFICATION_MERGED counting every post")
     func heldRunsCoalesce() async throws {
         try await withServer { server in
