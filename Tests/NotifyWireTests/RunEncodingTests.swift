@@ -44,6 +44,24 @@ struct RunEncodingTests {
         #expect(run.bytes == expected.bytes)
     }
 
+    @Test("a post encoded alone from its POST's name field equals the shared encoder's", arguments: NotificationEncodingTests.cases)
+    func aloneFrameFromThePostsNameField(name: String, payloadLength: Int) throws {
+        let payload = ByteBuffer(bytes: (0..<payloadLength).map { UInt8(truncatingIfNeeded: $0 &* 5) })
+        var post = ByteBuffer()
+        ClientFrame.post(.init(requestID: 3, name: name, payload: payload)).encode(into: &post)
+        let sender = NotificationEncodingTests.sender
+        var alone = ByteBuffer(string: "before")  // appended after what the queue holds already
+        let length = try Self.postFields(post) { fields in
+            NotificationRunEncoder.encodeFrame(
+                sequence: 77, pid: sender.pid, uid: sender.uid, gid: sender.gid, nameField: fields.nameField,
+                payload: fields.payload, into: &alone)
+        }
+        var expected = ByteBuffer(string: "before")
+        NotificationFrame.encode(sequence: 77, sender: sender, name: name, payload: payload, into: &expected)
+        #expect(alone.bytes == expected.bytes)
+        #expect(length == expected.readableBytes - 6)
+    }
+
     @Test("hasName compares the name field of a POST byte for byte")
     func recognisesItsName() throws {
         var encoder = NotificationFrame.RunEncoder()
