@@ -288,11 +288,14 @@ final class Broker {
     }
 
     /// Starts loading what routing the posts among the next `count` frames buffered will read (see
-    /// ``SubscriberIndex/prefetchExactNames(_:)``).
-    func prefetchRoutes(of frames: FrameAccumulator<ClientFrame>, count: Int) {
-        index.prefetchExactNames { each in
+    /// ``SubscriberIndex/prefetchExactNames(into:_:)``); `hashes` gets each frame's name hash, or `nil`.
+    func prefetchRoutes(of frames: FrameAccumulator<ClientFrame>, count: Int, hashes: inout [Int?]) {
+        index.prefetchExactNames(into: &hashes) { each in
             frames.forEachBufferedFrame(limit: count) { type, fields in
-                guard type == MessageType.post.rawValue, let post = ClientFrame.PostFields(fields: fields) else { return }
+                guard type == MessageType.post.rawValue, let post = ClientFrame.PostFields(fields: fields) else {
+                    each(nil)
+                    return
+                }
                 each(UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2)))
             }
         }
@@ -305,11 +308,12 @@ final class Broker {
     /// rest is what ``Peer``'s full path checks.
     ///
     /// - Returns: `false` when the post needs the full path (nothing was done).
-    func startRun(ifPlainPostBy poster: Peer, body: ByteBuffer, maxPayload: Int) -> Bool {
+    /// - Parameter nameHash: the name's hash, if the caller has it (``prefetchRoutes(of:count:hashes:)``).
+    func startRun(ifPlainPostBy poster: Peer, body: ByteBuffer, maxPayload: Int, nameHash: Int?) -> Bool {
         body.withUnsafeReadableBytes { fields in
             guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
                 let (name, subscribers, entry) = index.exactEntry(
-                    named: UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2))),
+                    named: UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2)), hash: nameHash),
                 access.checkPost(name, by: poster.identity, action: "post") == nil
             else { return false }
             if case .one(let subscriber) = subscribers,

@@ -26,6 +26,8 @@ struct NameTable<Value> {
     private var slots: [UInt64] = []
     /// Names whose bytes were compared with a looked-up name: the lookups' real work, for the tests that bound it.
     private(set) var nameComparisons = 0
+    /// Names hashed by lookups and loading ahead: one per post when lookups take the hash loading ahead computed.
+    private(set) var namesHashed = 0
 
     /// An empty table (it allocates on the first insertion).
     init() {}
@@ -34,10 +36,24 @@ struct NameTable<Value> {
     var count: Int { entries.count }
 
     /// The index in ``entries`` of the entry for the name whose UTF-8 is `bytes`, if any.
+    ///
+    /// - Parameter hint: the name's hash if the caller has it (from ``prefetchSlot(of:)``): a wrong one costs a
+    ///   second lookup, never a wrong answer.
     @inline(__always)
-    mutating func find(_ bytes: UnsafeRawBufferPointer) -> Int? {
+    mutating func find(_ bytes: UnsafeRawBufferPointer, hash hint: Int? = nil) -> Int? {
         guard !slots.isEmpty else { return nil }
-        let hash = Self.hash(bytes)
+        if let hint {
+            if let entry = probe(bytes, hash: hint) { return entry }
+            namesHashed &+= 1
+            let hash = Self.hash(bytes)
+            return hash == hint ? nil : probe(bytes, hash: hash)
+        }
+        namesHashed &+= 1
+        return probe(bytes, hash: Self.hash(bytes))
+    }
+
+    @inline(__always)
+    private mutating func probe(_ bytes: UnsafeRawBufferPointer, hash: Int) -> Int? {
         let tag = Self.tag(hash)
         let mask = slots.count - 1
         var position = hash & mask
@@ -112,6 +128,7 @@ struct NameTable<Value> {
     /// later lookup does not rely on them. `mutating` although they change nothing: called on the index's stored
     /// table, a non-mutating method got a copy of it (a retain and release of both arrays, per name).
     mutating func prefetchSlot(of bytes: UnsafeRawBufferPointer) -> Int {
+        namesHashed &+= 1
         let hash = Self.hash(bytes)
         if !slots.isEmpty { slots.withUnsafeBufferPointer { notifyd_prefetch($0.baseAddress! + (hash & (slots.count - 1))) } }
         return hash

@@ -20,13 +20,15 @@ extension Peer {
     /// its size: the first post of the run passed them all (see ``PostRun``); a plain post to a name with exact
     /// subscribers starts a run without being decoded (``Broker/startRun(ifPlainPostBy:body:maxPayload:)``).
     @inline(__always)
-    func serve(type: UInt8, body: inout ByteBuffer, maxPayload: Int) throws(WireDecodingError) -> ServedFrame {
+    ///
+    /// - Parameter nameHash: the hash of the post's name, if the handler had it computed ahead.
+    func serve(type: UInt8, body: inout ByteBuffer, maxPayload: Int, nameHash: Int? = nil) throws(WireDecodingError) -> ServedFrame {
         let isPost = type == MessageType.post.rawValue
         if isPost, broker.appendToRun(ifContinuedBy: self, body: body, maxPayload: maxPayload) { return .runPost }
         // A SET_STATE walks the state watchers' trie: it counts like a post's walk; a SUBSCRIBE that asks for the
         // current values of a pattern scans every state or retained name: each entry counts as a visit.
         let visitsBefore = broker.matchingWork
-        if isPost, isOpen, broker.startRun(ifPlainPostBy: self, body: body, maxPayload: maxPayload) {
+        if isPost, isOpen, broker.startRun(ifPlainPostBy: self, body: body, maxPayload: maxPayload, nameHash: nameHash) {
             return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)
         }
         broker.endRun()

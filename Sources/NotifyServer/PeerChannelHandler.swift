@@ -39,6 +39,9 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Frames served, and runs started, since the routes of the frames ahead were last loaded.
     private var framesSincePrefetch = 0
     private var runStartsSincePrefetch = 0
+    /// The name hash of each of the frames after the last loading ahead (`nil`: not a post), in order: the
+    /// lookups need not hash the names again.
+    private var nameHashes: [Int?] = []
     /// How many frames ahead a poster spreading its posts over names has their routes loaded at once.
     static let prefetchGroup = 16
 
@@ -193,14 +196,17 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 if framesSincePrefetch >= Self.prefetchGroup {
                     // Most of the last frames started runs: a poster spreading over names (see `prefetchRoutes`).
                     if runStartsSincePrefetch * 2 >= Self.prefetchGroup {
-                        broker.prefetchRoutes(of: accumulator, count: Self.prefetchGroup)
+                        broker.prefetchRoutes(of: accumulator, count: Self.prefetchGroup, hashes: &nameHashes)
+                    } else {
+                        nameHashes.removeAll(keepingCapacity: true)
                     }
                     framesSincePrefetch = 0
                     runStartsSincePrefetch = 0
                 }
                 guard var frame = try accumulator.nextRawFrame() else { break }
+                let nameHash = framesSincePrefetch < nameHashes.count ? nameHashes[framesSincePrefetch] : nil
                 framesSincePrefetch += 1
-                switch try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload) {
+                switch try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload, nameHash: nameHash) {
                 case .runPost:
                     turnCost += Self.runPostCost
                     continue

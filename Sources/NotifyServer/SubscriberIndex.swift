@@ -67,6 +67,8 @@ final class SubscriberIndex {
     /// Names whose bytes the exact table compared with a looked-up name so far (about one per lookup that finds
     /// its name, whatever the number of names).
     var exactNameComparisons: Int { exact.nameComparisons }
+    /// Names the exact table hashed so far (lookups and loading ahead).
+    var exactNamesHashed: Int { exact.namesHashed }
 
     /// Outdates every route worked out so far (the access rules changed).
     func invalidateRoutes() { generation &+= 1 }
@@ -124,24 +126,25 @@ final class SubscriberIndex {
 
     /// The name whose UTF-8 is `bytes` (as the table holds it: no `String` is built) and its exact subscribers,
     /// if it has any; the bytes then passed the name grammar when the name was subscribed. `entry` tells the name
-    /// from others until the ``generation`` changes.
+    /// from others until the ``generation`` changes. `hash`: the name's hash from ``prefetchExactNames(into:_:)``,
+    /// if the caller has it.
     @inline(__always)
-    func exactEntry(named bytes: UnsafeRawBufferPointer) -> (name: String, subscribers: Subscribers, entry: Int)? {
-        guard let entry = exact.find(bytes) else { return nil }
+    func exactEntry(named bytes: UnsafeRawBufferPointer, hash: Int?) -> (name: String, subscribers: Subscribers, entry: Int)? {
+        guard let entry = exact.find(bytes, hash: hash) else { return nil }
         return (exact.entries[entry].name, exact.entries[entry].value, entry)
     }
 
-    /// Starts loading the memory that lookups of the names whose UTF-8 `names` gives will read, all at once: a
-    /// poster spreading its posts over many names otherwise waits for each lookup's cache misses in turn.
-    func prefetchExactNames(_ names: (_ each: (UnsafeRawBufferPointer) -> Void) -> Void) {
+    /// Starts loading the memory that lookups of the names `names` gives will read, all at once: a poster spreading
+    /// its posts over many names otherwise waits for each lookup's cache misses in turn. `names` calls its argument
+    /// once per frame ahead, with the name's UTF-8 or `nil` (not a post); `hashes` gets one element for each, the
+    /// name's hash or `nil`, for ``exactEntry(named:hash:)``.
+    func prefetchExactNames(into hashes: inout [Int?], _ names: (_ each: (UnsafeRawBufferPointer?) -> Void) -> Void) {
+        hashes.removeAll(keepingCapacity: true)
         guard exact.count > 0 else { return }
-        prefetchHashes.removeAll(keepingCapacity: true)
-        names { prefetchHashes.append(exact.prefetchSlot(of: $0)) }
-        for hash in prefetchHashes { exact.prefetchEntry(hash: hash) }
-        for hash in prefetchHashes { exact.prefetchName(hash: hash) }
+        names { name in hashes.append(name.map { exact.prefetchSlot(of: $0) }) }
+        for case let hash? in hashes { exact.prefetchEntry(hash: hash) }
+        for case let hash? in hashes { exact.prefetchName(hash: hash) }
     }
-
-    private var prefetchHashes: [Int] = []
 
     /// `peer`'s entry for exactly `name`, if it has one.
     func subscriber(of peer: Peer, exact name: String) -> Subscriber? {

@@ -114,6 +114,47 @@ struct FairnessTests {
         }
     }
 
+    @Test("a poster spreading over names has each name hashed once: lookups take the hash its loading ahead computed")
+    func spreadPostsHashEachNameOnce() async throws {
+        try await withServer { server in
+            let subscriber = try await server.connectRaw("subscriber")
+            try await subscriber.hello()
+            let count = 2_000
+            var subscriptions = ByteBuffer()
+            for index in 1...count {
+                ClientFrame.testSubscribe(
+                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "hashed.n\(index)", policy: .queue(limit: 10)
+                ).encode(into: &subscriptions)
+            }
+            try await subscriber.sendBuffer(subscriptions)
+            for index in 1...count {
+                guard case .ok(UInt32(index)) = try await subscriber.next() else { throw TestFailure("no OK for SUBSCRIBE \(index)") }
+            }
+            let before = try await withBroker(of: server.server) { $0.index.exactNamesHashed }
+            let poster = try await server.connectRaw("poster")
+            try await poster.hello()
+            // Other frames among the posts (a PING every 7th) must not put the hashes out of step with the frames.
+            var bytes = ByteBuffer()
+            for index in 1...count {
+                ClientFrame.post(.init(requestID: 0, name: "hashed.n\(index)", payload: ByteBuffer())).encode(into: &bytes)
+                if index % 7 == 0 { ClientFrame.ping(requestID: UInt32(index)).encode(into: &bytes) }
+            }
+            ClientFrame.ping(requestID: 0).encode(into: &bytes)
+            try await poster.sendBuffer(bytes)
+            for index in 1...count {
+                #expect(try await subscriber.nextNotification().name == "hashed.n\(index)")
+            }
+            while true {
+                guard case .pong(let requestID) = try await poster.next() else { throw TestFailure("expected PONG") }
+                if requestID == 0 { break }
+            }
+            let hashed = try await withBroker(of: server.server) { $0.index.exactNamesHashed } - before
+            // Loading ahead starts after a group of frames has shown the spread, and each turn begins a new group.
+            #expect(hashed >= count, "\(hashed) names hashed for \(count) posts")
+            #expect(hashed <= count + count / 10, "\(hashed) names hashed for \(count) posts: lookups hashed again")
+        }
+    }
+
     @Test("posts and requests share one budget per turn: 1,000 of each, interleaved, are served about 50 pairs a turn")
     func postsAndRequestsShareTheBudget() async throws {
         try await withServer { server in

@@ -91,4 +91,26 @@ struct NameTableTests {
             #expect(table.nameComparisons - missesBefore <= count / 1_000 + 1, "lookups of absent names compared names")
         }
     }
+
+    @Test("A lookup given the name's hash from loading ahead finds it; given a wrong hash, it still finds it or reports it absent")
+    func hashHints() {
+        var table = NameTable<Int>()
+        let names = (0..<1_000).map { "hinted.name.n\($0)" }
+        for (index, name) in names.enumerated() { table.insert(name, index) }
+        for (index, name) in names.enumerated() {
+            var bytes = name
+            bytes.withUTF8 { utf8 in
+                let raw = UnsafeRawBufferPointer(utf8)
+                let hash = table.prefetchSlot(of: raw)
+                #expect(table.find(raw, hash: hash).map { table.entries[$0].value } == index)
+                #expect(table.find(raw, hash: hash &+ 1).map { table.entries[$0].value } == index, "a wrong hint")
+            }
+        }
+        var absent = "hinted.name.absent"
+        absent.withUTF8 { utf8 in
+            let raw = UnsafeRawBufferPointer(utf8)
+            #expect(table.find(raw, hash: table.prefetchSlot(of: raw)) == nil)
+            #expect(table.find(raw, hash: 12_345) == nil)
+        }
+    }
 }
