@@ -301,7 +301,7 @@ final class Broker {
         }
     }
 
-    /// Opens a run with the `POST` whose fields are `body`, if it is a plain post (flags 0, a payload within
+    /// Opens a run with the `POST` whose fields are `fields`, if it is a plain post (flags 0, a payload within
     /// `maxPayload`) to a name with exact subscribers that `poster` may post under. The name is found from the
     /// frame's bytes, with no `String` built: a poster spreading its posts over many names pays one table lookup
     /// per post. Such a post needs no other check: having exact subscribers proves the name's grammar, and the
@@ -309,22 +309,20 @@ final class Broker {
     ///
     /// - Returns: `false` when the post needs the full path (nothing was done).
     /// - Parameter nameHash: the name's hash, if the caller has it (``prefetchRoutes(of:count:hashes:)``).
-    func startRun(ifPlainPostBy poster: Peer, body: ByteBuffer, maxPayload: Int, nameHash: Int?) -> Bool {
-        body.withUnsafeReadableBytes { fields in
-            guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
-                let (name, subscribers, entry) = index.exactEntry(
-                    named: UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2)), hash: nameHash),
-                access.checkPost(name, by: poster.identity, action: "post") == nil
-            else { return false }
-            if case .one(let subscriber) = subscribers,
-                deliverAlone(post, name: name, entry: entry, to: subscriber, from: poster)
-            {
-                return true
-            }
-            openRun(name: name, by: poster, exactSubscribers: subscribers)
-            appendToRun(post.payload)
+    func startRun(ifPlainPostBy poster: Peer, fields: UnsafeRawBufferPointer, maxPayload: Int, nameHash: Int?) -> Bool {
+        guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
+            let (name, subscribers, entry) = index.exactEntry(
+                named: UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2)), hash: nameHash),
+            access.checkPost(name, by: poster.identity, action: "post") == nil
+        else { return false }
+        if case .one(let subscriber) = subscribers,
+            deliverAlone(post, name: name, entry: entry, to: subscriber, from: poster)
+        {
             return true
         }
+        openRun(name: name, by: poster, exactSubscribers: subscribers)
+        appendToRun(post.payload)
+        return true
     }
 
     /// The last post ``deliverAlone(_:name:entry:to:from:)`` delivered: its poster, its name's entry in the index,
@@ -376,24 +374,28 @@ final class Broker {
         collectRecipients(of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &run.recipients)
     }
 
-    /// Adds the `POST` whose fields are `body` to `poster`'s open run, if it continues it: flags 0, the run's
+    /// Adds the `POST` whose fields are `fields` to `poster`'s open run, if it continues it: flags 0, the run's
     /// name byte for byte, a payload within `maxPayload`. Such a post needs no other check: the first post of
     /// the run passed them all.
     ///
     /// A post from `poster` when no run of its is open may resume the route it parked (see ``PostRun``).
     ///
     /// - Returns: `false` when the post does not continue the run (nothing was done).
-    func appendToRun(ifContinuedBy poster: Peer, body: ByteBuffer, maxPayload: Int) -> Bool {
-        if run.poster !== poster {
-            guard slots[poster.slot].parked?.generation == index.generation else { return false }
-            endRun()
-            run.resume(poster, slots[poster.slot].parked.take()!)
-        }
-        return body.withUnsafeReadableBytes { fields in
+    func appendToRun(ifContinuedBy poster: Peer, fields: UnsafeRawBufferPointer, maxPayload: Int) -> Bool {
+        if run.poster === poster {
             guard let payload = run.continuingPayload(fields, maxPayload: maxPayload) else { return false }
             appendToRun(payload)
             return true
         }
+        // The parked route is resumed only for a post it continues: resuming it to find another name would close
+        // and park it again, for every post of a poster spreading its posts over names.
+        guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
+            slots.parkedRoute(in: poster.slot, continuedBy: post.nameField, generation: index.generation)
+        else { return false }
+        endRun()
+        run.resume(poster, slots[poster.slot].parked.take()!)
+        appendToRun(post.payload)
+        return true
     }
 
     /// Adds one post to the open run: a sequence number, and the encoded frame if anyone receives it.

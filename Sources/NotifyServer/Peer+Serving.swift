@@ -15,26 +15,36 @@ extension Peer {
         case request(patternVisits: Int)
     }
 
-    /// Serves one frame the handler took from its accumulator: the handler talks to its peer only, the peer to
-    /// the broker. A post that continues this peer's run of posts to one name needs no decoding or checks beyond
-    /// its size: the first post of the run passed them all (see ``PostRun``); a plain post to a name with exact
-    /// subscribers starts a run without being decoded (``Broker/startRun(ifPlainPostBy:body:maxPayload:)``).
-    @inline(__always)
+    /// Serves one frame from its bytes, where they lie in the handler's accumulator, if it is a post that needs no
+    /// decoding: one that continues this peer's run of posts to one name (the first post of the run passed every
+    /// check; see ``PostRun``), or a plain post to a name with exact subscribers, which starts a run
+    /// (``Broker/startRun(ifPlainPostBy:fields:maxPayload:nameHash:)``). The handler talks to its peer only, the
+    /// peer to the broker.
     ///
     /// - Parameter nameHash: the hash of the post's name, if the handler had it computed ahead.
-    func serve(type: UInt8, body: inout ByteBuffer, maxPayload: Int, nameHash: Int? = nil) throws(WireDecodingError) -> ServedFrame {
-        let isPost = type == MessageType.post.rawValue
-        if isPost, broker.appendToRun(ifContinuedBy: self, body: body, maxPayload: maxPayload) { return .runPost }
+    /// - Returns: what serving it cost, or `nil` (nothing done) when the frame needs ``serve(type:body:)``.
+    @inline(__always)
+    func serveInPlace(type: UInt8, fields: UnsafeRawBufferPointer, maxPayload: Int, nameHash: Int?) -> ServedFrame? {
+        guard type == MessageType.post.rawValue else { return nil }
+        if broker.appendToRun(ifContinuedBy: self, fields: fields, maxPayload: maxPayload) { return .runPost }
+        guard isOpen else { return nil }
+        let visitsBefore = broker.matchingWork
+        guard broker.startRun(ifPlainPostBy: self, fields: fields, maxPayload: maxPayload, nameHash: nameHash) else {
+            return nil
+        }
+        return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)
+    }
+
+    /// Decodes and serves one frame the handler took from its accumulator (any frame ``serveInPlace(type:fields:maxPayload:nameHash:)``
+    /// did not take).
+    func serve(type: UInt8, body: inout ByteBuffer) throws(WireDecodingError) -> ServedFrame {
         // A SET_STATE walks the state watchers' trie: it counts like a post's walk; a SUBSCRIBE that asks for the
         // current values of a pattern scans every state or retained name: each entry counts as a visit.
         let visitsBefore = broker.matchingWork
-        if isPost, isOpen, broker.startRun(ifPlainPostBy: self, body: body, maxPayload: maxPayload, nameHash: nameHash) {
-            return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)
-        }
         broker.endRun()
         handle(try ClientFrame.decode(type: type, body: &body))
         let visits = broker.matchingWork &- visitsBefore
-        return isPost ? .runStart(patternVisits: visits) : .request(patternVisits: visits)
+        return type == MessageType.post.rawValue ? .runStart(patternVisits: visits) : .request(patternVisits: visits)
     }
 
     /// The frames at hand are served (the turn's budget is spent, or none is left, or one was malformed): the

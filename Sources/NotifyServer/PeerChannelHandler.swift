@@ -203,10 +203,18 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                     framesSincePrefetch = 0
                     runStartsSincePrefetch = 0
                 }
-                guard var frame = try accumulator.nextRawFrame() else { break }
                 let nameHash = framesSincePrefetch < nameHashes.count ? nameHashes[framesSincePrefetch] : nil
+                var served: Peer.ServedFrame?
+                let taken = try accumulator.takeNextFrameInPlace { type, fields in
+                    served = peer.serveInPlace(type: type, fields: fields, maxPayload: maxPayload, nameHash: nameHash)
+                    return served != nil
+                }
+                if taken != true {
+                    guard var frame = try accumulator.nextRawFrame() else { break }
+                    served = try peer.serve(type: frame.type, body: &frame.body)
+                }
                 framesSincePrefetch += 1
-                switch try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload, nameHash: nameHash) {
+                switch served! {
                 case .runPost:
                     turnCost += Self.runPostCost
                     continue
@@ -383,12 +391,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Serves the posts among the whole frames left and drops every other request unanswered, while the replies
     /// queued stay within twice the bound: the end of a shutdown's serving, for a peer whose replies are over it.
     private func servePostsOnly(_ peer: Peer) {
-        let maxPayload = Int(broker.configuration.limits.maxPayloadLength)
         let replyLimit = 2 * broker.configuration.outboundByteLimit
         do throws(WireDecodingError) {
             while peer.isServing, peer.queue.pendingBytes <= replyLimit, var frame = try accumulator.nextRawFrame() {
                 guard frame.type == MessageType.post.rawValue else { continue }
-                _ = try peer.serve(type: frame.type, body: &frame.body, maxPayload: maxPayload)
+                _ = try peer.serve(type: frame.type, body: &frame.body)
             }
         } catch {
             peer.endServing()

@@ -51,6 +51,13 @@ struct PeerSlots {
         }
     }
 
+    /// Whether the peer in `slot` parked a route, still valid at `generation`, for the name whose `POST` name field
+    /// (length and bytes) is `nameField`.
+    func parkedRoute(in slot: Int, continuedBy nameField: UnsafeRawBufferPointer, generation: UInt64) -> Bool {
+        guard let route = slots[slot].parked, route.generation == generation else { return false }
+        return route.encoder.hasName(nameField)
+    }
+
     /// Drops every parked route.
     mutating func dropParkedRoutes() {
         for slot in parkedSlots {

@@ -68,6 +68,34 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         return (type, body)
     }
 
+    /// Offers the next whole frame's type byte and fields, in place (no `ByteBuffer` slice), to `body`, and consumes
+    /// the frame if `body` returns `true`: for a reader that serves most frames from their bytes and decodes the
+    /// rest (then ``nextRawFrame()`` returns the same frame).
+    ///
+    /// - Returns: whether `body` took the frame; `nil` when no whole frame is buffered.
+    /// - Throws: as ``nextRawFrame()`` does, for the same frames.
+    @inlinable
+    package mutating func takeNextFrameInPlace(
+        _ body: (UInt8, UnsafeRawBufferPointer) -> Bool
+    ) throws(WireDecodingError) -> Bool? {
+        guard buffer != nil else { return nil }
+        let prefix = ProtocolConstants.lengthPrefixSize
+        let maxFrameLength = maxFrameLength
+        let taken: Int? = try buffer!.withUnsafeReadableBytes { bytes throws(WireDecodingError) -> Int? in
+            guard bytes.count >= prefix else { return nil }
+            let length = Int(UInt32(bigEndian: bytes.loadUnaligned(as: UInt32.self)))
+            if length == 0 { throw WireDecodingError.emptyFrame }
+            if length > maxFrameLength { throw WireDecodingError.frameTooLarge(length: UInt32(length), limit: maxFrameLength) }
+            guard bytes.count >= prefix + length else { return nil }
+            return body(bytes[prefix], UnsafeRawBufferPointer(rebasing: bytes[(prefix + 1)..<(prefix + length)])) ? prefix + length : 0
+        }
+        guard let taken else { return nil }
+        guard taken > 0 else { return false }
+        buffer!.moveReaderIndex(forwardBy: taken)
+        if buffer!.readableBytes == 0 { buffer = nil }
+        return true
+    }
+
     /// Calls `body` with the type byte and fields of each whole frame buffered, up to `limit` frames, without
     /// consuming them: for a reader that prepares for the frames ahead (the daemon starts loading the memory their
     /// names will reach). Stops at the first frame not whole or not valid; ``nextRawFrame()`` judges those.

@@ -189,4 +189,52 @@ struct FrameAccumulatorTests {
         #expect(result.error == .emptyFrame)
         #expect(result.error?.code == .frameTooLarge)
     }
+
+    @Test("frames taken in place and frames left for nextRawFrame make up the stream, in random chunks", arguments: [5, 77] as [UInt64])
+    func takenInPlace(seed: UInt64) throws {
+        var generator = SplitMix64(seed: seed)
+        let stream = Self.clientStream
+        var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
+        var frames: [ClientFrame] = []
+        var takenCount = 0
+        for chunk in NotifyWireTests.randomChunks(of: stream, maxChunk: 5_000, using: &generator) {
+            accumulator.append(ByteBuffer(bytes: chunk))
+            while true {
+                // Take the POSTs in place (decoding them from the bytes offered), leave the rest.
+                var offered: ClientFrame?
+                let taken = try accumulator.takeNextFrameInPlace { type, fields in
+                    guard type == MessageType.post.rawValue else { return false }
+                    var body = ByteBuffer(bytes: fields)
+                    offered = try? ClientFrame.decode(type: type, body: &body)
+                    return true
+                }
+                if taken == true {
+                    frames.append(try #require(offered))
+                    takenCount += 1
+                    continue
+                }
+                guard var raw = try accumulator.nextRawFrame() else {
+                    #expect(taken == nil, "a frame nextRawFrame lacks bytes for was offered")
+                    break
+                }
+                #expect(raw.type != MessageType.post.rawValue)
+                frames.append(try ClientFrame.decode(type: raw.type, body: &raw.body))
+            }
+        }
+        #expect(frames == Self.clientFrames)
+        #expect(takenCount == Self.clientFrames.filter { $0.messageType == .post }.count)
+        try accumulator.finish()
+    }
+
+    @Test("taking a frame in place throws what nextRawFrame throws: an empty frame, one over the limit")
+    func takenInPlaceErrors() {
+        var empty = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
+        empty.append(ByteBuffer(bytes: [0, 0, 0, 0, 1]))
+        #expect(throws: WireDecodingError.emptyFrame) { try empty.takeNextFrameInPlace { _, _ in true } }
+        var large = FrameAccumulator<ClientFrame>(maxFrameLength: ProtocolConstants.minimumMaxFrameLength)
+        large.append(ByteBuffer(bytes: [0, 2, 0, 0]))
+        #expect(throws: WireDecodingError.frameTooLarge(length: 131_072, limit: ProtocolConstants.minimumMaxFrameLength)) {
+            try large.takeNextFrameInPlace { _, _ in true }
+        }
+    }
 }

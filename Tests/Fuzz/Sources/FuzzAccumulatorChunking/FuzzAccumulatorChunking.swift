@@ -5,7 +5,9 @@
 //           (131,072, 64, 16 or 1 MiB); bit 3 drain with nextRawFrame() + decode instead of next();
 //           bit 4 hand each chunk over as a slice with bytes already read in front of it;
 //           bit 5 put 70 frames of 1 KiB (POST or QUERY_RESULT) in front of the stream, so the accumulator's
-//           read index passes 64 KiB and it compacts a partial frame (the limit is then at least 131,072).
+//           read index passes 64 KiB and it compacts a partial frame (the limit is then at least 131,072);
+//           bit 6 (with bit 3) take the frames of odd type in place with takeNextFrameInPlace() first, as the daemon
+//           takes posts.
 //   byte 1: n, then n % 16 + 1 bytes: chunk sizes (each size % 64 + 1, used in turn until the stream ends).
 // Properties: the frames and the error (or the end-of-stream result of finish()) are the same whether the
 // stream is appended at once or in chunks, draining after every chunk; bufferedBytes is always the number of
@@ -27,6 +29,7 @@ enum FuzzAccumulatorChunking {
         var raw: Bool
         var sliced: Bool
         var pings: Bool
+        var inPlace: Bool
         var chunkSizes: [Int]
         var prefixLength = 0
     }
@@ -48,7 +51,7 @@ enum FuzzAccumulatorChunking {
         for _ in 0..<count { sizes.append(Int(reader.byte() % 64) + 1) }
         var options = Options(
             serverDirection: flags & 1 != 0, maxFrameLength: limits[Int(flags >> 1) & 3], raw: flags & 8 != 0,
-            sliced: flags & 16 != 0, pings: flags & 32 != 0, chunkSizes: sizes)
+            sliced: flags & 16 != 0, pings: flags & 32 != 0, inPlace: flags & 72 == 72, chunkSizes: sizes)
         var stream: [UInt8] = []
         if options.pings {
             // 70 frames of about 1 KiB: POST (client) or QUERY_RESULT (daemon), 1,000 payload bytes each.
@@ -132,7 +135,20 @@ enum FuzzAccumulatorChunking {
             let frame: Frame
             var rawBytes: [UInt8]? = nil
             do {
-                if options.raw {
+                var inPlaceBytes: [UInt8]?
+                if options.inPlace {
+                    _ = try accumulator.takeNextFrameInPlace { type, fields in
+                        guard type & 1 == 1 else { return false }
+                        inPlaceBytes = [type] + Array(fields)
+                        return true
+                    }
+                }
+                if let inPlaceBytes {
+                    rawBytes = inPlaceBytes
+                    consumed += 4 + inPlaceBytes.count
+                    var body = ByteBuffer(bytes: inPlaceBytes.dropFirst())
+                    frame = try Frame.decode(type: inPlaceBytes[0], body: &body)
+                } else if options.raw {
                     guard var raw = try accumulator.nextRawFrame() else { return }
                     rawBytes = [raw.type] + bytes(of: raw.body)
                     consumed += 4 + rawBytes!.count
