@@ -7,28 +7,26 @@ extension CenterCore {
     /// Delivers a `NOTIFICATION` (its fields, undecoded) that continues the current ``NotificationRun``; returns
     /// `false`, having done nothing, when it does not (another name, routing changed, no run, or a layout the
     /// full decoder must judge), and the caller then decodes it and calls ``received(_:on:staging:)``.
-    func deliverContinuingRun(_ fields: ByteBuffer, staging: DeliveryStaging) -> Bool {
+    func deliverContinuingRun(_ bytes: UnsafeRawBufferPointer, staging: DeliveryStaging) -> Bool {
         guard staging.run.isOpen else { return false }
         let generation = routingGeneration.load(ordering: .acquiring)
-        return fields.withUnsafeReadableBytes { bytes in
-            guard let fields = NotificationFrame.InPlaceFields(fields: bytes),
-                staging.run.continues(name: fields.name, generation: generation)
-            else { return false }
-            let observers = staging.run.observers
-            guard !observers.isEmpty else { return true }
-            let notification = ReceivedNotification(
-                name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
-                sender: SenderCredentials(fields.sender))
-            // The last observer (usually the only one) takes the notification itself rather than a copy.
-            for observer in observers.dropLast() where !observer.isWaitingForCurrentValue {
-                staging.add(notification, for: observer)
-            }
-            let last = observers[observers.count - 1]
-            if !last.isWaitingForCurrentValue {
-                staging.add(consume notification, for: last)
-            }
-            return true
+        guard let fields = NotificationFrame.InPlaceFields(fields: bytes),
+            staging.run.continues(name: fields.name, generation: generation)
+        else { return false }
+        let observers = staging.run.observers
+        guard !observers.isEmpty else { return true }
+        let notification = ReceivedNotification(
+            name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
+            sender: SenderCredentials(fields.sender))
+        // The last observer (usually the only one) takes the notification itself rather than a copy.
+        for observer in observers.dropLast() where !observer.isWaitingForCurrentValue {
+            staging.add(notification, for: observer)
         }
+        let last = observers[observers.count - 1]
+        if !last.isWaitingForCurrentValue {
+            staging.add(consume notification, for: last)
+        }
+        return true
     }
 
     func deliver(_ frame: NotificationFrame, mergedCount: UInt64, staging: DeliveryStaging) {

@@ -20,11 +20,13 @@ final class DaemonChannelHandler: ChannelInboundHandler {
         guard failure == nil else { return }
         accumulator.append(unwrapInboundIn(data))
         do throws(WireDecodingError) {
-            while var raw = try accumulator.nextRawFrame() {
-                // Most frames are notifications continuing a run on one name: routed from their bytes.
-                if raw.type == MessageType.notification.rawValue, core.deliverContinuingRun(raw.body, staging: staging) {
-                    continue
+            while true {
+                // Most frames are notifications continuing a run on one name: routed from their bytes, where they lie.
+                let taken = try accumulator.takeNextFrameInPlace { type, fields in
+                    type == MessageType.notification.rawValue && core.deliverContinuingRun(fields, staging: staging)
                 }
+                if taken == true { continue }
+                guard var raw = try accumulator.nextRawFrame() else { break }
                 let frame = try ServerFrame.decode(type: raw.type, body: &raw.body)
                 if case .welcome(let welcome) = frame {
                     accumulator.maxFrameLength = max(welcome.limits.maxFrameLength, ProtocolConstants.minimumMaxFrameLength)

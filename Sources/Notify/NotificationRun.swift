@@ -40,7 +40,10 @@ struct NotificationRun {
     }
 
     /// Whether a notification named by `bytes` continues the run, with routing unchanged since it opened.
-    func continues(name bytes: UnsafeRawBufferPointer, generation current: UInt64) -> Bool {
+    ///
+    /// `mutating` although it changes nothing: called on the staging's stored run, a non-mutating method got a copy
+    /// of the whole run (a retain and release of each of its references, per notification).
+    mutating func continues(name bytes: UnsafeRawBufferPointer, generation current: UInt64) -> Bool {
         guard isOpen, generation == current, bytes.count == nameBytes.count else { return false }
         return nameBytes.withUnsafeBytes { $0.bytesEqual(bytes) }
     }
