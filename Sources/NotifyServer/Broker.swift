@@ -301,32 +301,42 @@ final class Broker {
         }
     }
 
-    /// Opens a run with the `POST` whose fields are `fields`, if it is a plain post (flags 0, a payload within
-    /// `maxPayload`) to a name with exact subscribers that `poster` may post under. The name is found from the
-    /// frame's bytes, with no `String` built: a poster spreading its posts over many names pays one table lookup
-    /// per post. Such a post needs no other check: having exact subscribers proves the name's grammar, and the
-    /// rest is what ``Peer``'s full path checks.
+    /// How ``postFromBytes(by:fields:maxPayload:nameHash:)`` served a post.
+    enum PostFromBytes {
+        /// Encoded straight into its name's one subscriber's queue (``deliverAlone(_:name:entry:to:from:)``).
+        case alone
+        /// It opened a run.
+        case run
+    }
+
+    /// Serves the `POST` whose fields are `fields` from its bytes, if it is a plain post (flags 0, a payload
+    /// within `maxPayload`) to a name with exact subscribers that `poster` may post under: alone to the name's one
+    /// subscriber, or as the first post of a run. The name is found from the frame's bytes, with no `String`
+    /// built: a poster spreading its posts over many names pays one table lookup per post. Such a post needs no
+    /// other check: having exact subscribers proves the name's grammar, and the rest is what ``Peer``'s full path
+    /// checks.
     ///
-    /// - Returns: `false` when the post needs the full path (nothing was done).
     /// - Parameter nameHash: the name's hash, if the caller has it (``prefetchRoutes(of:count:hashes:)``).
-    func startRun(ifPlainPostBy poster: Peer, fields: UnsafeRawBufferPointer, maxPayload: Int, nameHash: Int?) -> Bool {
+    /// - Returns: how it was served; `nil` when the post needs the full path (nothing was done).
+    func postFromBytes(by poster: Peer, fields: UnsafeRawBufferPointer, maxPayload: Int, nameHash: Int?) -> PostFromBytes? {
         guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
             let (name, subscribers, entry) = index.exactEntry(
                 named: UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2)), hash: nameHash),
             access.checkPost(name, by: poster.identity, action: "post") == nil
-        else { return false }
+        else { return nil }
         if case .one(let subscriber) = subscribers,
             deliverAlone(post, name: name, entry: entry, to: subscriber, from: poster)
         {
-            return true
+            return .alone
         }
         openRun(name: name, by: poster, exactSubscribers: subscribers)
         appendToRun(post.payload)
-        return true
+        return .run
     }
 
     /// The last post ``deliverAlone(_:name:entry:to:from:)`` delivered: its poster, its name's entry in the index,
-    /// and the index's generation.
+    /// and the index's generation. Other posts do not clear it and a closed poster's identifier can come back, so
+    /// "the second post in a row" is approximate: that only ever chooses between two correct paths.
     private var lastAlone: (poster: ObjectIdentifier, entry: Int, generation: UInt64)?
 
     /// Delivers a plain post whose name has one exact subscriber, which no pattern or access rule can add to or

@@ -28,6 +28,8 @@ struct NameTable<Value> {
     private(set) var nameComparisons = 0
     /// Names hashed by lookups and loading ahead: one per post when lookups take the hash loading ahead computed.
     private(set) var namesHashed = 0
+    /// Names whose slot was loaded ahead (``prefetchSlot(of:)``).
+    private(set) var namesLoadedAhead = 0
 
     /// An empty table (it allocates on the first insertion).
     init() {}
@@ -129,6 +131,7 @@ struct NameTable<Value> {
     /// table, a non-mutating method got a copy of it (a retain and release of both arrays, per name).
     mutating func prefetchSlot(of bytes: UnsafeRawBufferPointer) -> Int {
         namesHashed &+= 1
+        namesLoadedAhead &+= 1
         let hash = Self.hash(bytes)
         if !slots.isEmpty { slots.withUnsafeBufferPointer { notifyd_prefetch($0.baseAddress! + (hash & (slots.count - 1))) } }
         return hash

@@ -6,6 +6,9 @@ extension Peer {
     enum ServedFrame {
         /// A post that continued the peer's run of posts to one name: a sequence number and a copy of its bytes.
         case runPost
+        /// A plain post to a name with one exact subscriber, served from its bytes straight into that subscriber's
+        /// queue (checked and routed, not decoded; no pattern could match).
+        case postAlone
         /// A plain post to a name with exact subscribers that started a run from its bytes (checked and routed, not
         /// decoded), and the pattern-trie nodes its match visited.
         case runStartFromBytes(patternVisits: Int)
@@ -17,8 +20,8 @@ extension Peer {
 
     /// Serves one frame from its bytes, where they lie in the handler's accumulator, if it is a post that needs no
     /// decoding: one that continues this peer's run of posts to one name (the first post of the run passed every
-    /// check; see ``PostRun``), or a plain post to a name with exact subscribers, which starts a run
-    /// (``Broker/startRun(ifPlainPostBy:fields:maxPayload:nameHash:)``). The handler talks to its peer only, the
+    /// check; see ``PostRun``), or a plain post to a name with exact subscribers, which goes to its one subscriber
+    /// alone or starts a run (``Broker/postFromBytes(by:fields:maxPayload:nameHash:)``). The handler talks to its peer only, the
     /// peer to the broker.
     ///
     /// - Parameter nameHash: the hash of the post's name, if the handler had it computed ahead.
@@ -29,10 +32,11 @@ extension Peer {
         if broker.appendToRun(ifContinuedBy: self, fields: fields, maxPayload: maxPayload) { return .runPost }
         guard isOpen else { return nil }
         let visitsBefore = broker.matchingWork
-        guard broker.startRun(ifPlainPostBy: self, fields: fields, maxPayload: maxPayload, nameHash: nameHash) else {
-            return nil
+        switch broker.postFromBytes(by: self, fields: fields, maxPayload: maxPayload, nameHash: nameHash) {
+        case nil: return nil
+        case .alone: return .postAlone
+        case .run: return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)
         }
-        return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)
     }
 
     /// Decodes and serves one frame the handler took from its accumulator (any frame ``serveInPlace(type:fields:maxPayload:nameHash:)``

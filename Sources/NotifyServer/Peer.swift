@@ -12,8 +12,8 @@ protocol PeerTransport: AnyObject {
     func stopReadingForBackPressure()
     /// Replies were drained: read requests again (the handler decides when).
     func backPressureRelieved()
-    /// Whether the connection is inside its own read completion, where it must not be written to (the peer's
-    /// flush then waits for ``flushAtNextTick(_:)``).
+    /// Whether the connection is inside its own read completion, or serving a frame from the bytes it borrows from
+    /// its accumulator, where it must not be written to (the peer's flush then waits for ``flushAtNextTick(_:)``).
     var isCompletingOwnRead: Bool { get }
     /// Runs `flush` at the next tick of the event loop (once, however often it is asked before).
     func flushAtNextTick(_ flush: @escaping () -> Void)

@@ -27,6 +27,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// channel's input: a write that fails there (the peer is gone) would close the whole channel under it. The
     /// peer's flush waits for the next tick meanwhile (other peers' flushes do not); its bytes stay queued, in order.
     private var isCompletingRead = false
+    /// A frame is being served from the bytes it lies in, in the accumulator (``Peer/serveInPlace``): the peer's
+    /// flush waits for the next tick as in a read completion, since a write that fails makes NIO read this channel
+    /// at once, and a write that completes can relieve back-pressure: both would reach the accumulator while its
+    /// bytes are lent out.
+    private var isServingInPlace = false
     /// A flush of the peer is due at the next tick.
     private var isFlushScheduled = false
     /// A graceful shutdown's last read is under way: what arrives is kept for ``serveReceivedFrames(atShutdown:)``.
@@ -73,17 +78,18 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// A post that starts a run (to another name than the last, or with the ack or retain flag: decoded, checked,
     /// routed): 256 a turn.
     static let runStartCost = 4
-    /// A plain post that starts a run on a name with exact subscribers, found from its bytes (no decoding): about
-    /// half the work of a decoded one, so 512 a turn take about as long as 256 of those.
-    static let runStartFromBytesCost = 2
+    /// A plain post to a name with one subscriber, served from its bytes straight into that subscriber's queue (no
+    /// decoding, no run): about half the work of a decoded post, so 512 a turn take about as long as 256 of those.
+    /// A post that starts a run from its bytes costs ``runStartCost``: its recipients cost what a decoded one's do.
+    static let postAloneCost = 2
     /// A post that continues a run (about a copy of its bytes): 1,024 a turn.
     static let runPostCost = 1
     /// Requests served in a turn that has nothing else.
     static let framesPerTurn = turnBudget / requestCost
     /// Posts that start a run served in a turn that has nothing else.
     static let runStartsPerTurn = turnBudget / runStartCost
-    /// Plain posts that start a run from their bytes served in a turn that has nothing else.
-    static let runStartsFromBytesPerTurn = turnBudget / runStartFromBytesCost
+    /// Plain posts served alone in a turn that has nothing else.
+    static let postsAlonePerTurn = turnBudget / postAloneCost
     /// Pattern trie nodes the frames of one peer may have matches visit in one turn: posts to names that many
     /// patterns could match cost more than others, and are counted by that cost.
     static let patternVisitsPerTurn = 8_192
@@ -204,12 +210,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                     runStartsSincePrefetch = 0
                 }
                 let nameHash = framesSincePrefetch < nameHashes.count ? nameHashes[framesSincePrefetch] : nil
-                var served: Peer.ServedFrame?
-                let taken = try accumulator.takeNextFrameInPlace { type, fields in
-                    served = peer.serveInPlace(type: type, fields: fields, maxPayload: maxPayload, nameHash: nameHash)
-                    return served != nil
-                }
-                if taken != true {
+                var served = try serveNextFrameInPlace(peer, maxPayload: maxPayload, nameHash: nameHash)
+                if served == nil {
                     guard var frame = try accumulator.nextRawFrame() else { break }
                     served = try peer.serve(type: frame.type, body: &frame.body)
                 }
@@ -218,9 +220,12 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 case .runPost:
                     turnCost += Self.runPostCost
                     continue
+                case .postAlone:
+                    runStartsSincePrefetch += 1
+                    turnCost += Self.postAloneCost
                 case .runStartFromBytes(let visits):
                     runStartsSincePrefetch += 1
-                    turnCost += Self.runStartFromBytesCost
+                    turnCost += Self.runStartCost
                     turnPatternVisits += visits
                 case .runStart(let visits):
                     turnCost += Self.runStartCost
@@ -237,6 +242,19 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
             peer.fail(error.code, error.description)
         }
         peer.endServing()
+    }
+
+    /// Offers the next whole frame to the peer where it lies in the accumulator (``Peer/serveInPlace``); `nil`
+    /// when the peer did not take it (or no whole frame is buffered): then it is still there for `nextRawFrame`.
+    private func serveNextFrameInPlace(_ peer: Peer, maxPayload: Int, nameHash: Int?) throws(WireDecodingError) -> Peer.ServedFrame? {
+        var served: Peer.ServedFrame?
+        isServingInPlace = true
+        defer { isServingInPlace = false }
+        _ = try accumulator.takeNextFrameInPlace { type, fields in
+            served = peer.serveInPlace(type: type, fields: fields, maxPayload: maxPayload, nameHash: nameHash)
+            return served != nil
+        }
+        return served
     }
 
     /// Serves the frames left over at the next turn of the event loop, after it has polled for other
@@ -391,9 +409,12 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// Serves the posts among the whole frames left and drops every other request unanswered, while the replies
     /// queued stay within twice the bound: the end of a shutdown's serving, for a peer whose replies are over it.
     private func servePostsOnly(_ peer: Peer) {
+        let maxPayload = Int(broker.configuration.limits.maxPayloadLength)
         let replyLimit = 2 * broker.configuration.outboundByteLimit
         do throws(WireDecodingError) {
-            while peer.isServing, peer.queue.pendingBytes <= replyLimit, var frame = try accumulator.nextRawFrame() {
+            while peer.isServing, peer.queue.pendingBytes <= replyLimit {
+                if try serveNextFrameInPlace(peer, maxPayload: maxPayload, nameHash: nil) != nil { continue }
+                guard var frame = try accumulator.nextRawFrame() else { break }
                 guard frame.type == MessageType.post.rawValue else { continue }
                 _ = try peer.serve(type: frame.type, body: &frame.body)
             }
@@ -427,7 +448,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: barrier)
     }
 
-    var isCompletingOwnRead: Bool { isCompletingRead }
+    var isCompletingOwnRead: Bool { isCompletingRead || isServingInPlace }
 
     func flushAtNextTick(_ flush: @escaping () -> Void) {
         guard !isFlushScheduled, let context else { return }

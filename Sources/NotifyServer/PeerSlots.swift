@@ -54,8 +54,9 @@ struct PeerSlots {
     /// Whether the peer in `slot` parked a route, still valid at `generation`, for the name whose `POST` name field
     /// (length and bytes) is `nameField`.
     func parkedRoute(in slot: Int, continuedBy nameField: UnsafeRawBufferPointer, generation: UInt64) -> Bool {
-        guard let route = slots[slot].parked, route.generation == generation else { return false }
-        return route.encoder.hasName(nameField)
+        // Read in place, not bound to a local: a copy of the route would retain its arrays per post.
+        guard slots[slot].parked?.generation == generation else { return false }
+        return slots[slot].parked?.encoder.hasName(nameField) ?? false
     }
 
     /// Drops every parked route.

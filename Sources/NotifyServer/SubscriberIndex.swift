@@ -69,6 +69,8 @@ final class SubscriberIndex {
     var exactNameComparisons: Int { exact.nameComparisons }
     /// Names the exact table hashed so far (lookups and loading ahead).
     var exactNamesHashed: Int { exact.namesHashed }
+    /// Names whose lookups were loaded ahead so far (``prefetchExactNames(into:_:)``).
+    var exactNamesLoadedAhead: Int { exact.namesLoadedAhead }
 
     /// Outdates every route worked out so far (the access rules changed).
     func invalidateRoutes() { generation &+= 1 }

@@ -72,6 +72,9 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     /// the frame if `body` returns `true`: for a reader that serves most frames from their bytes and decodes the
     /// rest (then ``nextRawFrame()`` returns the same frame).
     ///
+    /// The accumulator is being accessed while `body` runs, and the fields are its bytes: nothing `body` does may
+    /// reach the accumulator (the daemon defers its own channel's writes meanwhile, since a failed write reads).
+    ///
     /// - Returns: whether `body` took the frame; `nil` when no whole frame is buffered.
     /// - Throws: as ``nextRawFrame()`` does, for the same frames.
     @inlinable

@@ -165,4 +165,59 @@ struct EmbeddedPeerTests {
         daemon.run()
         #expect(!stalled.isActive, "closed once the ERROR was written")
     }
+
+    @Test("a poster's own flush while its post is served from the accumulator's bytes waits for the next tick: a read it causes cannot reach those bytes")
+    func ownFlushWhileServingInPlace() throws {
+        // A 16 KiB bound flushes a peer once 4 KiB are queued for it.
+        let daemon = EmbeddedBroker { $0.outboundByteLimit = 16 * 1_024 }
+        // What NIO does when a write fails: it reads the channel at once, from inside the write.
+        let readsOnFlush = ReadsOnFlush()
+        let poster = try daemon.connect("echoing-poster", outbound: readsOnFlush)
+        try poster.hello()
+        try poster.subscribe("own.echo", id: 1, policy: .queue(limit: 1_000))
+        let other = try daemon.connect("other")
+        try other.hello()
+        try other.subscribe("other.name", id: 1, policy: .queue(limit: 1_000))
+        readsOnFlush.arm(with: ClientFrame.ping(requestID: 99))
+        // Alternating names: each post to own.echo goes to the poster alone, encoded straight into its queue, and
+        // the fifth passes 4 KiB: a flush of the poster while its own post is being served.
+        let payload = ByteBuffer(repeating: 0x61, count: 1_000)
+        try poster.send(
+            (1...12).flatMap { index -> [ClientFrame] in
+                [
+                    .post(ClientFrame.Post(requestID: 0, name: "own.echo", payload: payload)),
+                    .post(ClientFrame.Post(requestID: 0, name: "other.name", payload: ByteBuffer(integer: UInt32(index)))),
+                ]
+            })
+        daemon.run()
+        #expect(readsOnFlush.fired, "the poster was flushed (the bytes read from inside the flush were delivered)")
+        let frames = try poster.received()
+        #expect(frames.filter { $0.notification?.name == "own.echo" }.count == 12)
+        #expect(frames.last == .pong(requestID: 99), "the PING read from inside the flush was served after the posts: \(frames.map(\.summary))")
+        #expect(try other.received().compactMap(\.notification).count == 12)
+    }
+}
+
+/// Reads bytes into the channel from inside the first flush after ``arm(with:)``, as NIO does when a write fails.
+private final class ReadsOnFlush: ChannelOutboundHandler {
+    typealias OutboundIn = ByteBuffer
+
+    private var pending: ByteBuffer?
+    private(set) var fired = false
+
+    func arm(with frame: ClientFrame) {
+        var bytes = ByteBuffer()
+        frame.encode(into: &bytes)
+        pending = bytes
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        context.flush()
+        if let bytes = pending {
+            pending = nil
+            fired = true
+            context.fireChannelRead(NIOAny(bytes))
+            context.fireChannelReadComplete()
+        }
+    }
 }

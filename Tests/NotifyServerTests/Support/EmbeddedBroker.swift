@@ -26,11 +26,13 @@ final class EmbeddedBroker {
     ///
     /// - Parameter stallWrites: the client does not read: what the daemon writes stays unwritten (its write
     ///   promises pending) until ``EmbeddedPeer/readWrites()``.
-    func connect(_ name: String, stallWrites: Bool = false) throws -> EmbeddedPeer {
+    /// - Parameter outbound: a handler between the channel and the daemon's handler (it sees the daemon's writes).
+    func connect(_ name: String, stallWrites: Bool = false, outbound: (any ChannelOutboundHandler)? = nil) throws -> EmbeddedPeer {
         let handler = PeerChannelHandler(broker: broker)
         let stall = stallWrites ? WriteStall() : nil
         let channel = EmbeddedChannel(loop: loop)
         if let stall { try channel.pipeline.syncOperations.addHandler(stall) }
+        if let outbound { try channel.pipeline.syncOperations.addHandler(outbound) }
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(unixDomainSocketPath: "/nonexistent/\(name)")).wait()
         loop.run()
