@@ -170,7 +170,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotifyWireTests",
-            dependencies: ["NotifyWire", .product(name: "NIOCore", package: "swift-nio")]
+            dependencies: ["NotifyWire", "NotifyTestSupport", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .testTarget(
             name: "NotifyServerTests",

@@ -57,7 +57,37 @@ public struct NotificationRunEncoder {
         sequence: UInt64, senderAndName shared: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer,
         into buffer: inout ByteBuffer
     ) -> Int {
-        let bodyLength = 1 + 8 + shared.count + 4 + payload.count
+        writeFrame(sequence: sequence, senderAndNameLength: shared.count, payload: payload, into: &buffer) {
+            $0.copyMemory(from: shared)
+        }
+    }
+
+    /// Appends the whole `NOTIFICATION` frame of one post by the sender `pid`, `uid`, `gid` whose name field (the
+    /// name's length and bytes, as `POST` carries them) is `nameField`: for a post with one recipient, encoded
+    /// straight into its queue with no run. Same bytes as a run's frame (`RunEncodingTests`).
+    ///
+    /// - Returns: the frame's length, prefix included.
+    @inlinable @inline(__always) @discardableResult
+    package static func encodeFrame(
+        sequence: UInt64, pid: UInt32, uid: UInt32, gid: UInt32, nameField: UnsafeRawBufferPointer,
+        payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer
+    ) -> Int {
+        writeFrame(sequence: sequence, senderAndNameLength: 12 + nameField.count, payload: payload, into: &buffer) {
+            $0.storeBytes(of: pid.bigEndian, toByteOffset: 0, as: UInt32.self)
+            $0.storeBytes(of: uid.bigEndian, toByteOffset: 4, as: UInt32.self)
+            $0.storeBytes(of: gid.bigEndian, toByteOffset: 8, as: UInt32.self)
+            UnsafeMutableRawBufferPointer(rebasing: $0[12...]).copyMemory(from: nameField)
+        }
+    }
+
+    /// Appends a `NOTIFICATION` frame whose sender and name fields, `senderAndNameLength` bytes, `writeSenderAndName`
+    /// writes: the length prefix, type and sequence before them, the payload after.
+    @inlinable @inline(__always)
+    package static func writeFrame(
+        sequence: UInt64, senderAndNameLength: Int, payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer,
+        _ writeSenderAndName: (UnsafeMutableRawBufferPointer) -> Void
+    ) -> Int {
+        let bodyLength = 1 + 8 + senderAndNameLength + 4 + payload.count
         let total = Self.lengthPrefixSize + bodyLength
         // Reserve only when short of room (a compare, not a call per post), and write through the whole storage at
         // the writer index: `writeWithUnsafeMutableBytes` calls NIO's out-of-line `reserveCapacity` and slices
@@ -70,43 +100,8 @@ public struct NotificationRunEncoder {
             out[4] = Self.notificationType
             out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
             var position = 13
-            UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + shared.count)]).copyMemory(from: shared)
-            position += shared.count
-            out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
-            position += 4
-            if payload.count > 0 {
-                UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + payload.count)]).copyMemory(from: payload)
-            }
-        }
-        buffer.moveWriterIndex(forwardBy: total)
-        return total
-    }
-
-    /// Appends the whole `NOTIFICATION` frame of one post by the sender `pid`, `uid`, `gid` whose name field (the name's length and bytes,
-    /// as `POST` carries them) is `nameField`: for a post with one recipient, encoded straight into its queue with no
-    /// run. Same bytes as a run's frame (`RunEncodingTests`).
-    ///
-    /// - Returns: the frame's length, prefix included.
-    @inlinable @inline(__always) @discardableResult
-    package static func encodeFrame(
-        sequence: UInt64, pid: UInt32, uid: UInt32, gid: UInt32, nameField: UnsafeRawBufferPointer,
-        payload: UnsafeRawBufferPointer, into buffer: inout ByteBuffer
-    ) -> Int {
-        let bodyLength = 1 + 8 + 12 + nameField.count + 4 + payload.count
-        let total = Self.lengthPrefixSize + bodyLength
-        if buffer.writableBytes < total { buffer.reserveCapacity(minimumWritableBytes: total) }
-        let start = buffer.writerIndex
-        buffer.withVeryUnsafeMutableBytes { storage in
-            let out = UnsafeMutableRawBufferPointer(rebasing: storage[start..<(start + total)])
-            out.storeBytes(of: UInt32(bodyLength).bigEndian, toByteOffset: 0, as: UInt32.self)
-            out[4] = Self.notificationType
-            out.storeBytes(of: sequence.bigEndian, toByteOffset: 5, as: UInt64.self)
-            out.storeBytes(of: pid.bigEndian, toByteOffset: 13, as: UInt32.self)
-            out.storeBytes(of: uid.bigEndian, toByteOffset: 17, as: UInt32.self)
-            out.storeBytes(of: gid.bigEndian, toByteOffset: 21, as: UInt32.self)
-            var position = 25
-            UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + nameField.count)]).copyMemory(from: nameField)
-            position += nameField.count
+            writeSenderAndName(UnsafeMutableRawBufferPointer(rebasing: out[position..<(position + senderAndNameLength)]))
+            position += senderAndNameLength
             out.storeBytes(of: UInt32(payload.count).bigEndian, toByteOffset: position, as: UInt32.self)
             position += 4
             if payload.count > 0 {

@@ -47,18 +47,42 @@ struct FairnessTests {
         }
     }
 
-    @Test("5,000 pipelined posts, each to another name: all delivered in order, at most runStartsPerTurn served per turn")
-    func postsToManyNamesAreServedInSlices() async throws {
+    /// A subscriber of the names `prefix.n1` … `prefix.n<count>`: through one pattern, or one exact subscription each.
+    private static func subscriber(
+        of count: Int, prefix: String, exactly: Bool, on server: TestServer
+    ) async throws -> TestClient {
+        let subscriber = try await server.connectRaw("subscriber")
+        try await subscriber.hello()
+        guard exactly else {
+            try await subscriber.subscribe("\(prefix).>", id: 1, policy: .queue(limit: 10_000))
+            return subscriber
+        }
+        var subscriptions = ByteBuffer()
+        for index in 1...count {
+            ClientFrame.testSubscribe(
+                requestID: UInt32(index), subscriptionID: UInt32(index), name: "\(prefix).n\(index)", policy: .queue(limit: 10)
+            ).encode(into: &subscriptions)
+        }
+        try await subscriber.sendBuffer(subscriptions)
+        for index in 1...count {
+            guard case .ok(UInt32(index)) = try await subscriber.next() else { throw TestFailure("no OK for SUBSCRIBE \(index)") }
+        }
+        return subscriber
+    }
+
+    /// 5,000 posts, each to another of `prefix`'s names, pipelined in one write: all delivered in order, and at
+    /// most `perTurn` served in one turn (the bound reached).
+    private static func expectSpreadPostsServed(
+        _ perTurn: Int, prefix: String, exactly: Bool, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
         try await withServer { server in
-            let subscriber = try await server.connectRaw("subscriber")
-            try await subscriber.hello()
-            try await subscriber.subscribe("many.>", id: 1, policy: .queue(limit: 10_000))
+            let count = 5_000
+            let subscriber = try await Self.subscriber(of: count, prefix: prefix, exactly: exactly, on: server)
             let poster = try await server.connectRaw("poster")
             try await poster.hello()
-            let count = 5_000
             var bytes = ByteBuffer()
             for index in 1...count {
-                ClientFrame.post(.init(requestID: 0, name: "many.n\(index)", payload: ByteBuffer(string: "\(index)")))
+                ClientFrame.post(.init(requestID: 0, name: "\(prefix).n\(index)", payload: ByteBuffer(string: "\(index)")))
                     .encode(into: &bytes)
             }
             ClientFrame.ping(requestID: 1).encode(into: &bytes)
@@ -66,70 +90,31 @@ struct FairnessTests {
             guard case .pong(1) = try await poster.next() else { throw TestFailure("no PONG after the posts") }
             for index in 1...count {
                 let notification = try await subscriber.nextNotification()
-                #expect(notification.name == "many.n\(index)", "notification \(index) out of order")
+                #expect(notification.name == "\(prefix).n\(index)", "notification \(index) out of order", sourceLocation: sourceLocation)
             }
             let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "poster" })
             #expect(
-                entry.mostFramesInOneTurn <= PeerChannelHandler.runStartsPerTurn + 1,
-                "\(entry.mostFramesInOneTurn) posts served in one turn")
-            #expect(entry.mostFramesInOneTurn >= PeerChannelHandler.runStartsPerTurn, "the bound was never reached")
+                entry.mostFramesInOneTurn <= perTurn + 1, "\(entry.mostFramesInOneTurn) posts served in one turn",
+                sourceLocation: sourceLocation)
+            #expect(entry.mostFramesInOneTurn >= perTurn, "the bound was never reached", sourceLocation: sourceLocation)
         }
+    }
+
+    @Test("5,000 pipelined posts, each to another name: all delivered in order, at most runStartsPerTurn served per turn")
+    func postsToManyNamesAreServedInSlices() async throws {
+        try await Self.expectSpreadPostsServed(PeerChannelHandler.runStartsPerTurn, prefix: "many", exactly: false)
     }
 
     @Test("5,000 pipelined posts, each to another name with one exact subscriber: in order, at most postsAlonePerTurn a turn")
     func postsToManySubscribedNamesAreServedInSlices() async throws {
-        try await withServer { server in
-            let subscriber = try await server.connectRaw("subscriber")
-            try await subscriber.hello()
-            let count = 5_000
-            var subscriptions = ByteBuffer()
-            for index in 1...count {
-                ClientFrame.testSubscribe(
-                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "exact.n\(index)", policy: .queue(limit: 10)
-                ).encode(into: &subscriptions)
-            }
-            try await subscriber.sendBuffer(subscriptions)
-            for index in 1...count {
-                guard case .ok(UInt32(index)) = try await subscriber.next() else { throw TestFailure("no OK for SUBSCRIBE \(index)") }
-            }
-            let poster = try await server.connectRaw("poster")
-            try await poster.hello()
-            var bytes = ByteBuffer()
-            for index in 1...count {
-                ClientFrame.post(.init(requestID: 0, name: "exact.n\(index)", payload: ByteBuffer(string: "\(index)")))
-                    .encode(into: &bytes)
-            }
-            ClientFrame.ping(requestID: 1).encode(into: &bytes)
-            try await poster.sendBuffer(bytes)
-            guard case .pong(1) = try await poster.next() else { throw TestFailure("no PONG after the posts") }
-            for index in 1...count {
-                let notification = try await subscriber.nextNotification()
-                #expect(notification.name == "exact.n\(index)", "notification \(index) out of order")
-            }
-            let entry = try #require(try await server.snapshot().clients.first { $0.clientName == "poster" })
-            #expect(
-                entry.mostFramesInOneTurn <= PeerChannelHandler.postsAlonePerTurn + 1,
-                "\(entry.mostFramesInOneTurn) posts served in one turn")
-            #expect(entry.mostFramesInOneTurn >= PeerChannelHandler.postsAlonePerTurn, "the bound was never reached")
-        }
+        try await Self.expectSpreadPostsServed(PeerChannelHandler.postsAlonePerTurn, prefix: "exact", exactly: true)
     }
 
     @Test("a poster spreading over names has each name hashed once: lookups take the hash its loading ahead computed")
     func spreadPostsHashEachNameOnce() async throws {
         try await withServer { server in
-            let subscriber = try await server.connectRaw("subscriber")
-            try await subscriber.hello()
             let count = 2_000
-            var subscriptions = ByteBuffer()
-            for index in 1...count {
-                ClientFrame.testSubscribe(
-                    requestID: UInt32(index), subscriptionID: UInt32(index), name: "hashed.n\(index)", policy: .queue(limit: 10)
-                ).encode(into: &subscriptions)
-            }
-            try await subscriber.sendBuffer(subscriptions)
-            for index in 1...count {
-                guard case .ok(UInt32(index)) = try await subscriber.next() else { throw TestFailure("no OK for SUBSCRIBE \(index)") }
-            }
+            let subscriber = try await Self.subscriber(of: count, prefix: "hashed", exactly: true, on: server)
             let before = try await withBroker(of: server.server) { ($0.index.exactNamesHashed, $0.index.exactNamesLoadedAhead) }
             let poster = try await server.connectRaw("poster")
             try await poster.hello()

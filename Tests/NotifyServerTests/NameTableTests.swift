@@ -1,3 +1,4 @@
+import NotifyTestSupport
 import Testing
 
 @testable import NotifyServer
@@ -6,18 +7,6 @@ import Testing
 /// lookup whatever the table's size.
 @Suite("Name table")
 struct NameTableTests {
-    /// A small deterministic generator (SplitMix64), so a failure replays.
-    private struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     private static func lookUp(_ name: String, in table: inout NameTable<Int>) -> Int? {
         var bytes = name
         return bytes.withUTF8 { table.find(UnsafeRawBufferPointer($0)) }.map { table.entries[$0].value }
@@ -25,7 +14,7 @@ struct NameTableTests {
 
     @Test("Inserts, removals and lookups by bytes agree with a Dictionary through growth, shrinking and churn")
     func agreesWithDictionary() {
-        var generator = Generator(state: 13)
+        var generator = SplitMix64(seed: 13)
         var table = NameTable<Int>()
         var model: [String: Int] = [:]
         // Short (inline) and long names, and names that share a long prefix.

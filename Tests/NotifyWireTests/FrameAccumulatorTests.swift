@@ -1,4 +1,5 @@
 import NIOCore
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
