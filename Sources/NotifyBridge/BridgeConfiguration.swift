@@ -59,11 +59,13 @@ package struct BridgeConfiguration: Sendable, Equatable {
     ///
     /// - Throws: ``BridgeConfigurationError/syntax(line:_:)`` naming the line.
     package mutating func apply(file text: String) throws(BridgeConfigurationError) {
-        // "\r\n" is one Character in Swift: split on both line ends so CRLF files number their lines right.
-        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+        // Split on Unicode scalars, not Characters: a Character can span a separator ("\r\n", or a prepended
+        // concatenation mark such as U+06DD with the space after it). A "\r" before the "\n" is white space.
+        let lines = text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false)
         for (index, rawLine) in lines.enumerated() {
-            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
+            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? rawLine[...]
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+                .map { String(String.UnicodeScalarView($0)) }
             guard let directive = words.first else { continue }
             guard words.count == 2 else {
                 throw .syntax(line: index + 1, "'\(directive)' takes exactly one value")

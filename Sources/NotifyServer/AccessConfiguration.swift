@@ -124,13 +124,16 @@ package struct AccessConfiguration: Sendable, Hashable {
     /// - Throws: ``ConfigurationError`` naming the line and what is wrong with it.
     package static func parse(_ text: String, source: String) throws(ConfigurationError) -> AccessConfiguration {
         var configuration = AccessConfiguration()
-        // "\r\n" is one Character: splitting on "\n" alone read a CRLF file as one line (and, after a leading
-        // comment, as no rules at all).
-        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+        // Split on Unicode scalars, not Characters: a Character can span a separator ("\r\n" is one, and so is a
+        // prepended concatenation mark such as U+06DD with the space after it), which read a CRLF file as one line
+        // and a rule written back for the prefix "\u{6DD}" as the prefix "\u{6DD} owner=0". A "\r" before the
+        // "\n" is white space.
+        let lines = text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false)
         for (index, rawLine) in lines.enumerated() {
             let location = "\(source):\(index + 1)"
-            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
+            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? rawLine[...]
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+                .map { String(String.UnicodeScalarView($0)) }
             guard let keyword = words.first else { continue }
             switch keyword {
             case "reserve":

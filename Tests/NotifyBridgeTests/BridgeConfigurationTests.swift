@@ -33,6 +33,13 @@ struct BridgeConfigurationTests {
         try configuration.validate()
     }
 
+    @Test("a value ending in a mark that joins the next character (U+06DD) is one word, apart from a comment after it")
+    func valueWithPrependedMark() throws {
+        var configuration = BridgeConfiguration()
+        try configuration.apply(file: "export org.\u{6DD} # the mark and this space are one Character\r\n")
+        #expect(configuration.exports == ["org.\u{6DD}"])
+    }
+
     @Test(
         "bad files name the line",
         arguments: [

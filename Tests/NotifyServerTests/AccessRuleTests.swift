@@ -408,6 +408,17 @@ struct AccessRuleTests {
         }
     }
 
+    @Test("a prefix ending in a mark that joins the next character (U+06DD) is one word: its rule reads back as written")
+    func prefixWithPrependedMark() throws {
+        // U+06DD and the space after it are one Character: split by Characters, the line read "\u{6DD} owner=0" as
+        // the prefix (a fuzzer found the written-back form of "reserve \u{6DD}" refused).
+        let configuration = try AccessConfiguration.parse("reserve \u{6DD} owner=0 group=0 post=owner observe=all\r\n", source: "mark.conf")
+        #expect(
+            configuration.rules == [
+                .init(prefix: "\u{6DD}", ownerUID: 0, groupGID: 0, post: .owner, observe: .all, source: "mark.conf:1")
+            ])
+    }
+
     @Test("a valid file: comments, blank lines, tabs, defaults, trailing '.' and '.>', user and group names, quotas")
     func parseValid() throws {
         let text = """
