@@ -22,19 +22,13 @@ final class DaemonChannelHandler: ChannelInboundHandler {
         do throws(WireDecodingError) {
             while true {
                 // Most frames are notifications continuing a run on one name: routed from their bytes, where they
-                // lie. Not when a handler of the run runs inline (`.immediate`): it could write, and a write that fails
-                // makes NIO read this channel from inside it, into the accumulator whose bytes are lent out.
+                // lie. Nothing this does writes to the channel (an `.immediate` handler's post goes through
+                // `scheduleFlush`, at a later tick), so no failed write can read into the accumulator meanwhile.
                 let taken = try accumulator.takeNextFrameInPlace { type, fields in
-                    type == MessageType.notification.rawValue && !staging.run.hasInlineObserver
-                        && core.deliverContinuingRun(fields, staging: staging)
+                    type == MessageType.notification.rawValue && core.deliverContinuingRun(fields, staging: staging)
                 }
                 if taken == true { continue }
                 guard var raw = try accumulator.nextRawFrame() else { break }
-                if raw.type == MessageType.notification.rawValue, staging.run.hasInlineObserver,
-                    raw.body.withUnsafeReadableBytes({ core.deliverContinuingRun($0, staging: staging) })
-                {
-                    continue
-                }
                 let frame = try ServerFrame.decode(type: raw.type, body: &raw.body)
                 if case .welcome(let welcome) = frame {
                     accumulator.maxFrameLength = max(welcome.limits.maxFrameLength, ProtocolConstants.minimumMaxFrameLength)

@@ -19,8 +19,6 @@ struct NotificationRun {
     /// Every observation the name goes to, in routing order (possibly none).
     private(set) var observers: [ObservationCore] = []
     private(set) var isOpen = false
-    /// Whether one of ``observers`` runs its handler inline, on the I/O thread (`.immediate`).
-    private(set) var hasInlineObserver = false
 
     /// Starts a run on `name` with the observations just looked up for it under `generation`.
     mutating func open(name: String, generation: UInt64, observers: some Sequence<ObservationCore>) {
@@ -30,7 +28,6 @@ struct NotificationRun {
         self.generation = generation
         self.observers.removeAll(keepingCapacity: true)
         self.observers.append(contentsOf: observers)
-        hasInlineObserver = self.observers.contains { $0.runsHandlerInline }
         isOpen = true
     }
 
@@ -38,7 +35,6 @@ struct NotificationRun {
     mutating func close() {
         guard isOpen else { return }
         isOpen = false
-        hasInlineObserver = false
         // Do not keep cancelled observations alive until the next run.
         observers.removeAll(keepingCapacity: true)
     }

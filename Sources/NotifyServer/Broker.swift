@@ -338,25 +338,29 @@ final class Broker {
     /// and the index's generation. Other posts do not clear it and a closed poster's identifier can come back, so
     /// "the second post in a row" is approximate: that only ever chooses between two correct paths.
     private var lastAlone: (poster: ObjectIdentifier, entry: Int, generation: UInt64)?
+    /// Posts ``deliverAlone(_:name:entry:to:from:)`` delivered so far.
+    private(set) var postsServedAlone = 0
 
-    /// Delivers a plain post whose name has one exact subscriber, which no pattern or access rule can add to or
-    /// take from, straight into that subscriber's queue: no run is opened, closed and parked for a post that is
-    /// usually alone (a poster spreading its posts over names). The second post in a row to the same name starts
-    /// a run instead, so a burst keeps the run's cheaper path.
+    /// Delivers a plain post whose name has one exact subscriber, which no pattern or access rule adds to or takes
+    /// from for this name, straight into that subscriber's queue: no run is opened, closed and parked for a post
+    /// that is usually alone (a poster spreading its posts over names). The second post in a row to the same name
+    /// starts a run instead, so a burst keeps the run's cheaper path.
     ///
     /// - Returns: `false` when the post needs a run (nothing was done but ending the open run).
     private func deliverAlone(
         _ post: ClientFrame.PostFields, name: String, entry: Int, to subscriber: Subscriber, from poster: Peer
     ) -> Bool {
+        // The open run goes first: its flushes can close peers, this subscriber among them.
+        endRun()
         let this = (poster: ObjectIdentifier(poster), entry: entry, generation: index.generation)
         if let lastAlone, lastAlone == this {
             self.lastAlone = nil
             return false
         }
         let peer = subscriber.peer
-        guard peer.isOpen, index.patternCount == 0, !access.mayBeRestricted(name), !(peer === poster && poster.excludesOwnPosts)
-        else { return false }
-        endRun()
+        guard peer.isOpen, !(peer === poster && poster.excludesOwnPosts), isAlone(peer, recipientOf: name) else {
+            return false
+        }
         let sequence = lastSequence &+ 1
         let size = NotificationFrame.encodedLength(nameByteCount: post.nameField.count - 2, payloadByteCount: post.payload.count)
         let sender = poster.credentials
@@ -371,11 +375,21 @@ final class Broker {
         statistics.posts += 1
         statistics.deliveries += 1
         lastAlone = this
+        postsServedAlone += 1
         // As for a run: a flush inside can make NIO read another peer's input, which must wait.
         isRouting = true
         flushNow ? flush(peer) : markDirty(peer)
         isRouting = false
         return true
+    }
+
+    /// Whether `peer`, the one exact subscriber of `name`, is all its recipients: no pattern matches the name, and the
+    /// access rules let the peer observe it (as ``collectRecipients(of:exactSubscribers:poster:in:mergingMarks:into:)``
+    /// decides).
+    private func isAlone(_ peer: Peer, recipientOf name: String) -> Bool {
+        if index.hasPatternMatch(name) { return false }
+        guard access.mayBeRestricted(name), let rule = access.rule(for: name), rule.observe != .all else { return true }
+        return access.mayObserve(rule, peer.identity)
     }
 
     private func openRun(name: String, by poster: Peer, exactSubscribers: SubscriberIndex.Subscribers?) {

@@ -7,8 +7,8 @@ extension Peer {
         /// A post that continued the peer's run of posts to one name: a sequence number and a copy of its bytes.
         case runPost
         /// A plain post to a name with one exact subscriber, served from its bytes straight into that subscriber's
-        /// queue (checked and routed, not decoded; no pattern could match).
-        case postAlone
+        /// queue (checked and routed, not decoded; no pattern matched), and the pattern-trie nodes that check visited.
+        case postAlone(patternVisits: Int)
         /// A plain post to a name with exact subscribers that started a run from its bytes (checked and routed, not
         /// decoded), and the pattern-trie nodes its match visited.
         case runStartFromBytes(patternVisits: Int)
@@ -34,7 +34,7 @@ extension Peer {
         let visitsBefore = broker.matchingWork
         switch broker.postFromBytes(by: self, fields: fields, maxPayload: maxPayload, nameHash: nameHash) {
         case nil: return nil
-        case .alone: return .postAlone
+        case .alone: return .postAlone(patternVisits: broker.matchingWork &- visitsBefore)
         case .run: return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)
         }
     }

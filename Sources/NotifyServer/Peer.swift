@@ -15,7 +15,8 @@ protocol PeerTransport: AnyObject {
     /// Whether the connection is inside its own read completion, or serving a frame from the bytes it borrows from
     /// its accumulator, where it must not be written to (the peer's flush then waits for ``flushAtNextTick(_:)``).
     var isCompletingOwnRead: Bool { get }
-    /// Runs `flush` at the next tick of the event loop (once, however often it is asked before).
+    /// Runs `flush` at the next tick of the event loop, or, asked while one of the connection's frames is served in
+    /// place, as soon as that frame is served (once, however often it is asked before).
     func flushAtNextTick(_ flush: @escaping () -> Void)
     /// Closes the connection at the next tick, discarding anything not yet written.
     func close()

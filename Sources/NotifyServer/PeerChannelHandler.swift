@@ -28,10 +28,14 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// peer's flush waits for the next tick meanwhile (other peers' flushes do not); its bytes stay queued, in order.
     private var isCompletingRead = false
     /// A frame is being served from the bytes it lies in, in the accumulator (``Peer/serveInPlace``): the peer's
-    /// flush waits for the next tick as in a read completion, since a write that fails makes NIO read this channel
-    /// at once, and a write that completes can relieve back-pressure: both would reach the accumulator while its
-    /// bytes are lent out.
+    /// flush waits until that frame is served (``flushOwnQueueIfDeferred()``), since a write that fails makes NIO
+    /// read this channel at once, and a write that completes can relieve back-pressure: both would reach the
+    /// accumulator while its bytes are lent out.
     private var isServingInPlace = false
+    /// The peer's flush asked for while a frame was served in place, done as soon as that frame is served.
+    private var flushAfterServingInPlace: (() -> Void)?
+    /// That flush is under way: a read it causes is kept for the next turn (as during the broker's routing).
+    private var isFlushingOwnQueue = false
     /// A flush of the peer is due at the next tick.
     private var isFlushScheduled = false
     /// A graceful shutdown's last read is under way: what arrives is kept for ``serveReceivedFrames(atShutdown:)``.
@@ -179,8 +183,9 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         guard let peer, peer.isServing else { return }
         accumulator.append(unwrapInboundIn(data))
         guard !awaitingIdentity, !servingDeferred, !isReadingLast else { return }
-        guard !broker.isRouting else {
-            // Read while the broker hands out another peer's post (see Broker.isRouting): next turn.
+        guard !broker.isRouting, !isFlushingOwnQueue else {
+            // Read while the broker hands out another peer's post (see Broker.isRouting), or while this peer's own
+            // flush after a frame served in place fails: next turn.
             deferServing()
             return
         }
@@ -220,9 +225,10 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 case .runPost:
                     turnCost += Self.runPostCost
                     continue
-                case .postAlone:
+                case .postAlone(let visits):
                     runStartsSincePrefetch += 1
                     turnCost += Self.postAloneCost
+                    turnPatternVisits += visits
                 case .runStartFromBytes(let visits):
                     runStartsSincePrefetch += 1
                     turnCost += Self.runStartCost
@@ -249,12 +255,25 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private func serveNextFrameInPlace(_ peer: Peer, maxPayload: Int, nameHash: Int?) throws(WireDecodingError) -> Peer.ServedFrame? {
         var served: Peer.ServedFrame?
         isServingInPlace = true
-        defer { isServingInPlace = false }
+        defer {
+            isServingInPlace = false
+            flushOwnQueueIfDeferred()
+        }
         _ = try accumulator.takeNextFrameInPlace { type, fields in
             served = peer.serveInPlace(type: type, fields: fields, maxPayload: maxPayload, nameHash: nameHash)
             return served != nil
         }
         return served
+    }
+
+    /// The peer's own flush, asked while one of its frames was served in place, now that the frame's bytes are no
+    /// longer lent out: at once, not at the next tick, so a client that reads everything it posts to itself gets its
+    /// batches during a long burst. A read that the flush causes (a failed write) waits for the next turn.
+    private func flushOwnQueueIfDeferred() {
+        guard let flush = flushAfterServingInPlace.take() else { return }
+        isFlushingOwnQueue = true
+        flush()
+        isFlushingOwnQueue = false
     }
 
     /// Serves the frames left over at the next turn of the event loop, after it has polled for other
@@ -451,6 +470,10 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     var isCompletingOwnRead: Bool { isCompletingRead || isServingInPlace }
 
     func flushAtNextTick(_ flush: @escaping () -> Void) {
+        if isServingInPlace, !isCompletingRead {
+            flushAfterServingInPlace = flush
+            return
+        }
         guard !isFlushScheduled, let context else { return }
         isFlushScheduled = true
         context.eventLoop.assumeIsolated().execute { [self] in

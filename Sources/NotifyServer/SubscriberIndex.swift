@@ -163,6 +163,14 @@ final class SubscriberIndex {
     /// Every name with an exact subscriber.
     var exactNames: [ExactName] { exact.entries.map { ExactName($0.name) } }
 
+    /// Whether a pattern matches `name` (the walk counts in ``patternNodesVisited``).
+    func hasPatternMatch(_ name: String) -> Bool {
+        guard patterns.count > 0 else { return false }
+        var found = false
+        patterns.forEachMatch(name: name) { _ in found = true }
+        return found
+    }
+
     /// Calls `body` for each entry matching `name`: its exact subscribers (looked up by the caller), then the
     /// patterns. A peer may come more than once (an exact name and patterns, or several patterns).
     @inline(__always)

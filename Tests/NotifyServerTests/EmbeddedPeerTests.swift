@@ -180,7 +180,9 @@ struct EmbeddedPeerTests {
         try other.subscribe("other.name", id: 1, policy: .queue(limit: 1_000))
         readsOnFlush.arm(with: ClientFrame.ping(requestID: 99))
         // Alternating names: each post to own.echo goes to the poster alone, encoded straight into its queue, and
-        // the fifth passes 4 KiB: a flush of the poster while its own post is being served.
+        // the fourth passes 4 KiB: a flush of the poster while its own post is being served. Without the deferral
+        // the read lands in the accumulator under the lent bytes: the debug build's exclusivity check stops the
+        // test process (release builds do not check).
         let payload = ByteBuffer(repeating: 0x61, count: 1_000)
         try poster.send(
             (1...12).flatMap { index -> [ClientFrame] in
@@ -195,6 +197,24 @@ struct EmbeddedPeerTests {
         #expect(frames.filter { $0.notification?.name == "own.echo" }.count == 12)
         #expect(frames.last == .pong(requestID: 99), "the PING read from inside the flush was served after the posts: \(frames.map(\.summary))")
         #expect(try other.received().compactMap(\.notification).count == 12)
+    }
+}
+
+extension EmbeddedPeerTests {
+    @Test("a client that posts a long burst to a name it observes, and reads everything, gets its batches during the burst, not a slow-consumer ERROR")
+    func ownBurstIsFlushedDuringTheBurst() throws {
+        // The smallest bound the daemon allows: 64 KiB, flushed once 16 KiB are queued.
+        let daemon = EmbeddedBroker { $0.outboundByteLimit = 65_536 }
+        let client = try daemon.connect("self-observer")
+        try client.hello()
+        try client.subscribe("own.burst", id: 1, policy: .disconnect)
+        let payload = ByteBuffer(repeating: 0x62, count: 1_000)
+        try client.send((1...256).map { _ in .post(ClientFrame.Post(requestID: 0, name: "own.burst", payload: payload)) })
+        daemon.run()
+        #expect(daemon.broker.statistics.slowConsumerDisconnects == 0)
+        let frames = try client.received()
+        #expect(frames.compactMap(\.notification).count == 256, "\(frames.suffix(2).map(\.summary))")
+        #expect(client.channel.isActive)
     }
 }
 

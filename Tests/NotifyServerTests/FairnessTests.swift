@@ -49,9 +49,9 @@ struct FairnessTests {
 
     /// A subscriber of the names `prefix.n1` … `prefix.n<count>`: through one pattern, or one exact subscription each.
     private static func subscriber(
-        of count: Int, prefix: String, exactly: Bool, on server: TestServer
+        of count: Int, prefix: String, exactly: Bool, on server: TestServer, name: String = "subscriber"
     ) async throws -> TestClient {
-        let subscriber = try await server.connectRaw("subscriber")
+        let subscriber = try await server.connectRaw(name)
         try await subscriber.hello()
         guard exactly else {
             try await subscriber.subscribe("\(prefix).>", id: 1, policy: .queue(limit: 10_000))
@@ -73,10 +73,14 @@ struct FairnessTests {
     /// 5,000 posts, each to another of `prefix`'s names, pipelined in one write: all delivered in order, and at
     /// most `perTurn` served in one turn (the bound reached).
     private static func expectSpreadPostsServed(
-        _ perTurn: Int, prefix: String, exactly: Bool, sourceLocation: SourceLocation = #_sourceLocation
+        _ perTurn: Int, prefix: String, exactly: Bool, subscribers: Int = 1, sourceLocation: SourceLocation = #_sourceLocation
     ) async throws {
         try await withServer { server in
             let count = 5_000
+            var others: [TestClient] = []
+            for index in 1..<subscribers {
+                others.append(try await Self.subscriber(of: count, prefix: prefix, exactly: exactly, on: server, name: "other-\(index)"))
+            }
             let subscriber = try await Self.subscriber(of: count, prefix: prefix, exactly: exactly, on: server)
             let poster = try await server.connectRaw("poster")
             try await poster.hello()
@@ -108,6 +112,11 @@ struct FairnessTests {
     @Test("5,000 pipelined posts, each to another name with one exact subscriber: in order, at most postsAlonePerTurn a turn")
     func postsToManySubscribedNamesAreServedInSlices() async throws {
         try await Self.expectSpreadPostsServed(PeerChannelHandler.postsAlonePerTurn, prefix: "exact", exactly: true)
+    }
+
+    @Test("the same with two exact subscribers per name: each post starts a run from its bytes, at most runStartsPerTurn a turn")
+    func postsToManyNamesWithTwoSubscribersAreServedInSlices() async throws {
+        try await Self.expectSpreadPostsServed(PeerChannelHandler.runStartsPerTurn, prefix: "pair", exactly: true, subscribers: 2)
     }
 
     @Test("a poster spreading over names has each name hashed once: lookups take the hash its loading ahead computed")

@@ -52,8 +52,16 @@ struct NameTableTests {
                 #expect(Set(table.entries.map(\.name)) == Set(model.keys))
             }
         }
-        // Emptied, the table gives its slots back and still works.
-        for name in names { if let entry = table.find(name) { table.remove(at: entry) } }
+        // Emptied in random order, the table shrinks on the way (each shrink moves every slot) and still finds
+        // every name left; then it gives its slots back and still works.
+        var left = Set(model.keys)
+        for (removed, name) in left.shuffled(using: &generator).enumerated() {
+            table.remove(at: table.find(name)!)
+            left.remove(name)
+            if removed % 50 == 0 {
+                #expect(left.allSatisfy { Self.lookUp($0, in: &table) == model[$0] }, "after \(removed + 1) removals")
+            }
+        }
         #expect(table.count == 0)
         #expect(Self.lookUp(names[1], in: &table) == nil)
         table.insert(names[1], 7)

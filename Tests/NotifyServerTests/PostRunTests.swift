@@ -178,6 +178,9 @@ struct PostRunTests {
                 }
                 subscribers.append(client)
             }
+            // A pattern elsewhere: it matches none of these names, so each still has its one subscriber alone.
+            let elsewhere = try await server.connect("elsewhere")
+            try await elsewhere.subscribe("elsewhere.>", subscriptionID: 1, requestID: 1)
             let poster = try await server.connect("poster")
             var frames: [ClientFrame] = []
             var expected: [[String]] = [[], [], []]
@@ -210,6 +213,9 @@ struct PostRunTests {
             #expect(sequences.sorted() == Array(1...UInt64(index)), "every post took the next sequence number")
             let snapshot = try await server.snapshot()
             #expect(snapshot.posts == UInt64(index) && snapshot.deliveries == UInt64(index))
+            // The spread posts went alone (the bursts' first posts too): what this test is about.
+            #expect(try await withBroker(of: server.server) { $0.postsServedAlone } >= 30 + 12)
+            try await elsewhere.expectQuiet()
         }
     }
 
