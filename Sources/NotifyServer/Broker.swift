@@ -301,7 +301,7 @@ final class Broker {
         }
     }
 
-    /// How ``postFromBytes(by:fields:maxPayload:nameHash:)`` served a post.
+    /// How ``postFromBytes(_:by:nameHash:)`` served a post.
     enum PostFromBytes {
         /// Encoded straight into its name's one subscriber's queue (``deliverAlone(_:name:entry:to:from:)``).
         case alone
@@ -309,17 +309,17 @@ final class Broker {
         case run
     }
 
-    /// Serves the `POST` whose fields are `fields` from its bytes, if it is a plain post (flags 0, a payload
-    /// within `maxPayload`) to a name with exact subscribers that `poster` may post under: alone to the name's one
-    /// subscriber, or as the first post of a run. The name is found from the frame's bytes, with no `String`
+    /// Serves the plain `POST` `post` (flags 0, a payload within the limit, read in place) from its bytes, if it is
+    /// to a name with exact subscribers that `poster` may post under: alone to the name's one subscriber, or as the
+    /// first post of a run. The name is found from the frame's bytes, with no `String`
     /// built: a poster spreading its posts over many names pays one table lookup per post. Such a post needs no
     /// other check: having exact subscribers proves the name's grammar, and the rest is what ``Peer``'s full path
     /// checks.
     ///
     /// - Parameter nameHash: the name's hash, if the caller has it (``prefetchRoutes(of:count:hashes:)``).
     /// - Returns: how it was served; `nil` when the post needs the full path (nothing was done).
-    func postFromBytes(by poster: Peer, fields: UnsafeRawBufferPointer, maxPayload: Int, nameHash: Int?) -> PostFromBytes? {
-        guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
+    func postFromBytes(_ post: ClientFrame.PostFields, by poster: Peer, nameHash: Int?) -> PostFromBytes? {
+        guard
             let (name, subscribers, entry) = index.exactEntry(
                 named: UnsafeRawBufferPointer(rebasing: post.nameField.dropFirst(2)), hash: nameHash),
             access.checkPost(name, by: poster.identity, action: "post") == nil
@@ -398,24 +398,24 @@ final class Broker {
         collectRecipients(of: name, exactSubscribers: exactSubscribers, poster: poster, in: index, into: &run.recipients)
     }
 
-    /// Adds the `POST` whose fields are `fields` to `poster`'s open run, if it continues it: flags 0, the run's
-    /// name byte for byte, a payload within `maxPayload`. Such a post needs no other check: the first post of
-    /// the run passed them all.
+    /// Adds the plain `POST` `post` (flags 0, a payload within the limit, read in place) to `poster`'s open run, if it
+    /// continues it: the run's name byte for byte. Such a post needs no other check: the first post of the run
+    /// passed them all.
     ///
     /// A post from `poster` when no run of its is open may resume the route it parked (see ``PostRun``).
     ///
     /// - Returns: `false` when the post does not continue the run (nothing was done).
-    func appendToRun(ifContinuedBy poster: Peer, fields: UnsafeRawBufferPointer, maxPayload: Int) -> Bool {
+    func appendToRun(_ post: ClientFrame.PostFields, ifContinuedBy poster: Peer) -> Bool {
         if run.poster === poster {
-            guard let payload = run.continuingPayload(fields, maxPayload: maxPayload) else { return false }
-            appendToRun(payload)
+            guard run.isContinued(by: post) else { return false }
+            appendToRun(post.payload)
             return true
         }
         // The parked route is resumed only for a post it continues: resuming it to find another name would close
         // and park it again, for every post of a poster spreading its posts over names.
-        guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
-            slots.parkedRoute(in: poster.slot, continuedBy: post.nameField, generation: index.generation)
-        else { return false }
+        guard slots.parkedRoute(in: poster.slot, continuedBy: post.nameField, generation: index.generation) else {
+            return false
+        }
         endRun()
         run.resume(poster, slots[poster.slot].parked.take()!)
         appendToRun(post.payload)

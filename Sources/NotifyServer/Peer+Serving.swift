@@ -21,18 +21,22 @@ extension Peer {
     /// Serves one frame from its bytes, where they lie in the handler's accumulator, if it is a post that needs no
     /// decoding: one that continues this peer's run of posts to one name (the first post of the run passed every
     /// check; see ``PostRun``), or a plain post to a name with exact subscribers, which goes to its one subscriber
-    /// alone or starts a run (``Broker/postFromBytes(by:fields:maxPayload:nameHash:)``). The handler talks to its peer only, the
+    /// alone or starts a run (``Broker/postFromBytes(_:by:nameHash:)``). The handler talks to its peer only, the
     /// peer to the broker.
     ///
     /// - Parameter nameHash: the hash of the post's name, if the handler had it computed ahead.
     /// - Returns: what serving it cost, or `nil` (nothing done) when the frame needs ``serve(type:body:)``.
     @inline(__always)
     func serveInPlace(type: UInt8, fields: UnsafeRawBufferPointer, maxPayload: Int, nameHash: Int?) -> ServedFrame? {
-        guard type == MessageType.post.rawValue else { return nil }
-        if broker.appendToRun(ifContinuedBy: self, fields: fields, maxPayload: maxPayload) { return .runPost }
+        // Read once, checked once: only a plain post within the payload limit is served from its bytes (the full
+        // decoder judges the rest, and reports any error precisely).
+        guard type == MessageType.post.rawValue, let post = ClientFrame.PostFields(fields: fields), post.flags == 0,
+            post.payload.count <= maxPayload
+        else { return nil }
+        if broker.appendToRun(post, ifContinuedBy: self) { return .runPost }
         guard isOpen else { return nil }
         let visitsBefore = broker.matchingWork
-        switch broker.postFromBytes(by: self, fields: fields, maxPayload: maxPayload, nameHash: nameHash) {
+        switch broker.postFromBytes(post, by: self, nameHash: nameHash) {
         case nil: return nil
         case .alone: return .postAlone(patternVisits: broker.matchingWork &- visitsBefore)
         case .run: return .runStartFromBytes(patternVisits: broker.matchingWork &- visitsBefore)

@@ -103,19 +103,14 @@ struct PostRun {
         recipients = route.recipients
     }
 
-    /// The payload of a `POST` whose fields (after the type byte) are `fields`, if it is a plain post
-    /// (flags 0) to this run's name with a payload of at most `maxPayload` bytes; `nil` otherwise (the caller
-    /// then decodes it in full, which also reports any error precisely).
+    /// Whether `post` (a plain post, read in place) is to this run's name.
     ///
     /// `mutating` although it changes nothing: called on the broker's stored run, a non-mutating method got a
     /// copy of the whole run (a retain and release of each of its references, per post); a mutating one works
     /// on it in place.
     @inline(__always)
-    mutating func continuingPayload(_ fields: UnsafeRawBufferPointer, maxPayload: Int) -> UnsafeRawBufferPointer? {
-        guard let post = ClientFrame.PostFields(fields: fields), post.flags == 0, post.payload.count <= maxPayload,
-            encoder.hasName(post.nameField)
-        else { return nil }
-        return post.payload
+    mutating func isContinued(by post: ClientFrame.PostFields) -> Bool {
+        encoder.hasName(post.nameField)
     }
 
     /// Encodes one post's `NOTIFICATION` at the end of the run.
