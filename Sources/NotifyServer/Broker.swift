@@ -139,8 +139,7 @@ final class Broker {
         let mark = routeMark
         // A poster that asked not to receive its own posts (HELLO's no-echo flag) is passed over.
         let excluded = poster.flatMap { $0.excludesOwnPosts ? $0 : nil }
-        let rule = access.mayBeRestricted(name) ? access.rule(for: name) : nil
-        let restricted = rule.map { $0.observe != .all } ?? false
+        let restriction = observeRestriction(of: name)
         index.forEachMatch(name: name, exactSubscribers: exactSubscribers) { subscriber in
             if let excluded, subscriber.peer === excluded { return }
             let slot = subscriber.peer.slot
@@ -158,13 +157,20 @@ final class Broker {
                 return
             }
             slots[slot].mark = mark
-            if restricted, !access.mayObserve(rule!, subscriber.peer.identity) {
+            if let restriction, !access.mayObserve(restriction, subscriber.peer.identity) {
                 slots[slot].position = -1
                 return
             }
             slots[slot].position = recipients.count
             recipients.append(subscriber)
         }
+    }
+
+    /// The rule that decides who may observe `name`, unless it lets everyone (then, and with no rule, nobody is
+    /// filtered out).
+    private func observeRestriction(of name: String) -> AccessConfiguration.PrefixRule? {
+        guard access.mayBeRestricted(name), let rule = access.rule(for: name), rule.observe != .all else { return nil }
+        return rule
     }
 
     /// Assigns the next sequence number and offers one shared encoding of the notification to every recipient.
@@ -388,8 +394,8 @@ final class Broker {
     /// decides).
     private func isAlone(_ peer: Peer, recipientOf name: String) -> Bool {
         if index.hasPatternMatch(name) { return false }
-        guard access.mayBeRestricted(name), let rule = access.rule(for: name), rule.observe != .all else { return true }
-        return access.mayObserve(rule, peer.identity)
+        guard let restriction = observeRestriction(of: name) else { return true }
+        return access.mayObserve(restriction, peer.identity)
     }
 
     private func openRun(name: String, by poster: Peer, exactSubscribers: SubscriberIndex.Subscribers?) {
