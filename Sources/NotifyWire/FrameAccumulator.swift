@@ -82,15 +82,10 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         _ body: (UInt8, UnsafeRawBufferPointer) -> Bool
     ) throws(WireDecodingError) -> Bool? {
         guard buffer != nil else { return nil }
-        let prefix = ProtocolConstants.lengthPrefixSize
         let maxFrameLength = maxFrameLength
         let taken: Int? = try buffer!.withUnsafeReadableBytes { bytes throws(WireDecodingError) -> Int? in
-            guard bytes.count >= prefix else { return nil }
-            let length = Int(UInt32(bigEndian: bytes.loadUnaligned(as: UInt32.self)))
-            if length == 0 { throw WireDecodingError.emptyFrame }
-            if length > maxFrameLength { throw WireDecodingError.frameTooLarge(length: UInt32(length), limit: maxFrameLength) }
-            guard bytes.count >= prefix + length else { return nil }
-            return body(bytes[prefix], UnsafeRawBufferPointer(rebasing: bytes[(prefix + 1)..<(prefix + length)])) ? prefix + length : 0
+            guard let frame = try Self.frame(in: bytes, at: 0, maxFrameLength: maxFrameLength) else { return nil }
+            return body(frame.type, frame.fields) ? frame.end : 0
         }
         guard let taken else { return nil }
         guard taken > 0 else { return false }
@@ -106,17 +101,28 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     package func forEachBufferedFrame(limit: Int, _ body: (UInt8, UnsafeRawBufferPointer) -> Void) {
         buffer?.withUnsafeReadableBytes { bytes in
             var offset = 0
-            var count = 0
-            while count < limit, offset + ProtocolConstants.lengthPrefixSize < bytes.count {
-                let length = Int(UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
-                let end = offset + ProtocolConstants.lengthPrefixSize + length
-                guard length > 0, length <= maxFrameLength, end <= bytes.count else { return }
-                let type = bytes[offset + ProtocolConstants.lengthPrefixSize]
-                body(type, UnsafeRawBufferPointer(rebasing: bytes[(offset + ProtocolConstants.lengthPrefixSize + 1)..<end]))
-                offset = end
-                count += 1
+            for _ in 0..<limit {
+                guard let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength) else { return }
+                body(frame.type, frame.fields)
+                offset = frame.end
             }
         }
+    }
+
+    /// The frame that starts at `offset` in `bytes`: its type byte, its fields, and the offset after it; `nil` when
+    /// it is not whole yet. Throws for a frame ``nextRawFrame()`` throws for (empty, or over `maxFrameLength`).
+    @inlinable @inline(__always)
+    static func frame(
+        in bytes: UnsafeRawBufferPointer, at offset: Int, maxFrameLength: UInt32
+    ) throws(WireDecodingError) -> (type: UInt8, fields: UnsafeRawBufferPointer, end: Int)? {
+        let prefix = ProtocolConstants.lengthPrefixSize
+        guard bytes.count - offset >= prefix else { return nil }
+        let length = Int(UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+        if length == 0 { throw WireDecodingError.emptyFrame }
+        if length > maxFrameLength { throw WireDecodingError.frameTooLarge(length: UInt32(length), limit: maxFrameLength) }
+        let end = offset + prefix + length
+        guard end <= bytes.count else { return nil }
+        return (bytes[offset + prefix], UnsafeRawBufferPointer(rebasing: bytes[(offset + prefix + 1)..<end]), end)
     }
 
     /// Call when the stream has ended: throws if part of a frame was left unread.
