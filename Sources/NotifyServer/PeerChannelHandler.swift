@@ -45,9 +45,10 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private var turnCost = 0
     private var turnFullPathFrames = 0
     private var turnPatternVisits = 0
-    /// Frames served, and runs started, since the routes of the frames ahead were last loaded.
+    /// Frames served, and posts served from their bytes that did not continue a run, since the routes of the frames
+    /// ahead were last loaded.
     private var framesSincePrefetch = 0
-    private var runStartsSincePrefetch = 0
+    private var postsFromBytesSincePrefetch = 0
     /// The name hash of each of the frames after the last loading ahead (`nil`: not a post), in order: the
     /// lookups need not hash the names again.
     private var nameHashes: [Int?] = []
@@ -205,14 +206,15 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                     break
                 }
                 if framesSincePrefetch >= Self.prefetchGroup {
-                    // Most of the last frames started runs: a poster spreading over names (see `prefetchRoutes`).
-                    if runStartsSincePrefetch * 2 >= Self.prefetchGroup {
+                    // At least half of the last frames were posts served from their bytes that did not continue a run:
+                    // a poster spreading over names (see `prefetchRoutes`).
+                    if postsFromBytesSincePrefetch * 2 >= Self.prefetchGroup {
                         broker.prefetchRoutes(of: accumulator, count: Self.prefetchGroup, hashes: &nameHashes)
                     } else {
                         nameHashes.removeAll(keepingCapacity: true)
                     }
                     framesSincePrefetch = 0
-                    runStartsSincePrefetch = 0
+                    postsFromBytesSincePrefetch = 0
                 }
                 let nameHash = framesSincePrefetch < nameHashes.count ? nameHashes[framesSincePrefetch] : nil
                 var served = try serveNextFrameInPlace(peer, maxPayload: maxPayload, nameHash: nameHash)
@@ -226,11 +228,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                     turnCost += Self.runPostCost
                     continue
                 case .postAlone(let visits):
-                    runStartsSincePrefetch += 1
+                    postsFromBytesSincePrefetch += 1
                     turnCost += Self.postAloneCost
                     turnPatternVisits += visits
                 case .runStartFromBytes(let visits):
-                    runStartsSincePrefetch += 1
+                    postsFromBytesSincePrefetch += 1
                     turnCost += Self.runStartCost
                     turnPatternVisits += visits
                 case .runStart(let visits):

@@ -64,9 +64,6 @@ final class SubscriberIndex {
     var patternNodeCount: Int { patterns.nodeCount }
     /// Pattern trie nodes visited by matches so far: the routing work a peer's frames cost.
     var patternNodesVisited: Int { patterns.nodesVisited }
-    /// Names whose bytes the exact table compared with a looked-up name so far (about one per lookup that finds
-    /// its name, whatever the number of names).
-    var exactNameComparisons: Int { exact.nameComparisons }
     /// Names the exact table hashed so far (lookups and loading ahead).
     var exactNamesHashed: Int { exact.namesHashed }
     /// Names whose lookups were loaded ahead so far (``prefetchExactNames(into:_:)``).
