@@ -13,11 +13,11 @@ protocol PeerTransport: AnyObject {
     /// Replies were drained: read requests again (the handler decides when).
     func backPressureRelieved()
     /// Whether the connection is inside its own read completion, or serving a frame from the bytes it borrows from
-    /// its accumulator, where it must not be written to (the peer's flush then waits for ``flushAtNextTick(_:)``).
-    var isCompletingOwnRead: Bool { get }
-    /// Runs `flush` at the next tick of the event loop, or, asked while one of the connection's frames is served in
-    /// place, as soon as that frame is served (once, however often it is asked before).
-    func flushAtNextTick(_ flush: @escaping () -> Void)
+    /// its accumulator, where it must not be written to (the peer's flush then waits for ``flushWhenWritable(_:)``).
+    var mustNotBeWrittenNow: Bool { get }
+    /// Runs `flush` once the connection may be written to again: at the next tick of the event loop after a read
+    /// completion, or as soon as a frame served in place is served (once, however often it is asked before).
+    func flushWhenWritable(_ flush: @escaping () -> Void)
     /// Closes the connection at the next tick, discarding anything not yet written.
     func close()
 }
@@ -255,8 +255,8 @@ final class Peer {
     /// Writes and flushes everything queued since the last flush (the broker calls it once per read burst).
     func flush() {
         guard phase != .closed else { return }
-        if transport.isCompletingOwnRead {
-            transport.flushAtNextTick { [self] in
+        if transport.mustNotBeWrittenNow {
+            transport.flushWhenWritable { [self] in
                 // Checked again: a closed peer's slot may be another peer's by then.
                 if phase != .closed { broker.flush(self) }
             }

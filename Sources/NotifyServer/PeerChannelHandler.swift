@@ -469,9 +469,9 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)), promise: barrier)
     }
 
-    var isCompletingOwnRead: Bool { isCompletingRead || isServingInPlace }
+    var mustNotBeWrittenNow: Bool { isCompletingRead || isServingInPlace }
 
-    func flushAtNextTick(_ flush: @escaping () -> Void) {
+    func flushWhenWritable(_ flush: @escaping () -> Void) {
         if isServingInPlace, !isCompletingRead {
             flushAfterServingInPlace = flush
             return

@@ -33,8 +33,8 @@ final class NullTransport: PeerTransport, Sendable {
     func whenWritten(_ body: @escaping () -> Void) {}
     func stopReadingForBackPressure() {}
     func backPressureRelieved() {}
-    var isCompletingOwnRead: Bool { false }
-    func flushAtNextTick(_ flush: @escaping () -> Void) {}
+    var mustNotBeWrittenNow: Bool { false }
+    func flushWhenWritable(_ flush: @escaping () -> Void) {}
     func close() {}
 }
 
