@@ -13,17 +13,21 @@ extension CenterCore {
         guard let fields = NotificationFrame.InPlaceFields(fields: bytes),
             staging.run.continues(name: fields.name, generation: generation)
         else { return false }
-        let observers = staging.run.observers
-        guard !observers.isEmpty else { return true }
+        let count = staging.run.observers.count
+        guard count > 0 else { return true }
         let notification = ReceivedNotification(
             name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
             sender: SenderCredentials(fields.sender))
-        // The last observer (usually the only one) takes the notification itself rather than a copy.
-        for observer in observers.dropLast() where !observer.isWaitingForCurrentValue {
-            staging.add(notification, for: observer)
+        // Lent by the run (no reference counting per notification); the last observer (usually the only one)
+        // takes the notification itself rather than a copy.
+        for index in 0..<(count - 1) {
+            let observer = staging.run.lentObserver(at: index)
+            if !observer._withUnsafeGuaranteedRef({ $0.isWaitingForCurrentValue }) {
+                staging.add(notification, for: observer)
+            }
         }
-        let last = observers[observers.count - 1]
-        if !last.isWaitingForCurrentValue {
+        let last = staging.run.lentObserver(at: count - 1)
+        if !last._withUnsafeGuaranteedRef({ $0.isWaitingForCurrentValue }) {
             staging.add(consume notification, for: last)
         }
         return true

@@ -17,23 +17,52 @@ final class DeliveryStaging {
         /// The observation staged here this burst (`nil`: none).
         var observation: ObservationCore?
         /// Its identity, compared for every notification without retaining the observation.
-        var owner: ObjectIdentifier?
-        var batch: [ReceivedNotification] = []
+        var owner: UnsafeMutableRawPointer?
+        /// This burst's notifications for it so far.
+        var batch = NotificationBatch.Builder()
+        /// The size of its last batch: a burst is likely as long as the one before, so one allocation up front.
+        var expectedCount = 16
     }
 
-    private var slots: [Slot] = []
-    /// Slots holding a staged batch, in the order their observation's first notification of the burst arrived.
-    private var staged: [Int] = []
-    /// Scratch space for ``CenterCore`` to collect one notification's observers without allocating per
-    /// notification; see ``takeTargetBuffer()``.
-    private var targetBuffer: [(ObservationCore, UInt64)] = []
+    /// Everything the staging changes, behind a pointer: a class's stored properties are checked for exclusive
+    /// access at run time on every use (several per notification), a pointer's memory is not. Confinement to one
+    /// thread, and no access held across a handler call, is what keeps uses apart.
+    private struct State {
+        var slots: [Slot] = []
+        /// Slots holding a staged batch, in the order their observation's first notification of the burst arrived.
+        var staged: [Int] = []
+        /// Scratch space for ``CenterCore`` to collect one notification's observers without allocating per
+        /// notification; see ``takeTargetBuffer()``.
+        var targetBuffer: [(ObservationCore, UInt64)] = []
+        var run = NotificationRun()
+        /// Where this burst's payloads are copied (see ``PayloadBlock``); `nil` until the burst's first payload.
+        var payloadBlock: PayloadBlock?
+        /// Payload bytes stored in this burst, and in the previous one (which sizes the next block).
+        var burstPayloadBytes = 0
+        var previousBurstPayloadBytes = 0
+    }
+
+    private let state: UnsafeMutablePointer<State>
+
+    init() {
+        state = .allocate(capacity: 1)
+        state.initialize(to: State())
+    }
+
+    deinit {
+        // Every burst ends with a flush; a staging dropped without one still frees what it holds.
+        for index in state.pointee.slots.indices {
+            state.pointee.slots[index].batch.discard()
+        }
+        state.deinitialize(count: 1)
+        state.deallocate()
+    }
+
     /// The name of the last notification read and where it went (see ``NotificationRun``).
-    var run = NotificationRun()
-    /// Where this burst's payloads are copied (see ``PayloadBlock``); `nil` until the burst's first payload.
-    private var payloadBlock: PayloadBlock?
-    /// Payload bytes stored in this burst, and in the previous one (which sizes the next block).
-    private var burstPayloadBytes = 0
-    private var previousBurstPayloadBytes = 0
+    var run: NotificationRun {
+        get { state.pointee.run }
+        _modify { yield &state.pointee.run }
+    }
 
     /// Copies a notification's payload out of the read buffer into this burst's ``PayloadBlock``.
     ///
@@ -43,44 +72,50 @@ final class DeliveryStaging {
     /// 16 KiB each. A payload larger than the block gets a block of its own.
     func storePayload(_ bytes: UnsafeRawBufferPointer) -> ReceivedNotification.Storage {
         if bytes.isEmpty { return .array([]) }
-        burstPayloadBytes += bytes.count
-        if let block = payloadBlock, let offset = block.append(bytes) {
+        state.pointee.burstPayloadBytes += bytes.count
+        if let block = state.pointee.payloadBlock, let offset = block.append(bytes) {
             return .block(block, offset: offset, count: bytes.count)
         }
-        let size = min(max(2 * previousBurstPayloadBytes, 256), PayloadBlock.standardCapacity)
+        let size = min(max(2 * state.pointee.previousBurstPayloadBytes, 256), PayloadBlock.standardCapacity)
         let block = PayloadBlock.make(capacity: max(bytes.count, size))
         let offset = block.append(bytes)!
         if bytes.count < size {
-            payloadBlock = block
+            state.pointee.payloadBlock = block
         }
         return .block(block, offset: offset, count: bytes.count)
     }
 
     /// Hands `notification` to `observation` now if its handler runs inline, otherwise stages it for ``flush()``.
     func add(_ notification: consuming ReceivedNotification, for observation: ObservationCore) {
-        if observation.runsHandlerInline {
+        add(notification, for: Unmanaged.passUnretained(observation))
+    }
+
+    /// ``add(_:for:)`` with the observation lent unretained (by a ``NotificationRun``, which holds it): its reference
+    /// count is changed once per burst, when it takes a slot, rather than per notification.
+    func add(_ notification: consuming ReceivedNotification, for lent: Unmanaged<ObservationCore>) {
+        let (runsInline, index) = lent._withUnsafeGuaranteedRef { ($0.runsHandlerInline, $0.stagingSlot) }
+        if runsInline {
             // Batching saves nothing for `.immediate` (there is no hop), and running it now keeps its promise of
             // running as soon as the notification is read.
-            observation.deliver(notification)
+            lent.takeUnretainedValue().deliver(notification)
             return
         }
-        let index = observation.stagingSlot
-        if index >= slots.count {
-            slots.append(contentsOf: repeatElement(Slot(), count: index + 1 - slots.count))
+        if index >= state.pointee.slots.count {
+            state.pointee.slots.append(contentsOf: repeatElement(Slot(), count: index + 1 - state.pointee.slots.count))
         }
-        let owner = ObjectIdentifier(observation)
-        if slots[index].owner != owner {
-            if slots[index].owner == nil {
-                staged.append(index)
+        let owner = lent.toOpaque()
+        if state.pointee.slots[index].owner != owner {
+            if state.pointee.slots[index].owner == nil {
+                state.pointee.staged.append(index)
             } else {
                 // A removed observation's slot went to a new one during this burst: the old batch goes first.
                 handOver(index)
             }
-            slots[index].observation = observation
-            slots[index].owner = owner
+            state.pointee.slots[index].observation = lent.takeUnretainedValue()
+            state.pointee.slots[index].owner = owner
         }
-        slots[index].batch.append(notification)
-        if slots[index].batch.count >= Self.maxBatch {
+        state.pointee.slots[index].batch.append(notification, expected: state.pointee.slots[index].expectedCount)
+        if state.pointee.slots[index].batch.count >= Self.maxBatch {
             // A long burst goes out in slices, so the target (the main queue, a run loop, an operation queue) can
             // do other work between them; the slot stays staged, its next batch empty.
             handOver(index)
@@ -89,30 +124,29 @@ final class DeliveryStaging {
 
     /// Hands every staged batch to its observation's executor, oldest-staged observation first.
     func flush() {
-        if burstPayloadBytes > 0 {
-            previousBurstPayloadBytes = burstPayloadBytes
-            burstPayloadBytes = 0
-            payloadBlock = nil
+        if state.pointee.burstPayloadBytes > 0 {
+            state.pointee.previousBurstPayloadBytes = state.pointee.burstPayloadBytes
+            state.pointee.burstPayloadBytes = 0
+            state.pointee.payloadBlock = nil
         }
-        guard !staged.isEmpty else { return }
+        guard !state.pointee.staged.isEmpty else { return }
         // No executor runs a staged job synchronously (inline observations are never staged), so nothing can
         // stage into `staged` while it is being walked.
-        for index in staged {
+        for index in state.pointee.staged {
             handOver(index)
             // Do not keep a cancelled observation alive until its slot is next used.
-            slots[index].observation = nil
-            slots[index].owner = nil
+            state.pointee.slots[index].observation = nil
+            state.pointee.slots[index].owner = nil
         }
-        staged.removeAll(keepingCapacity: true)
+        state.pointee.staged.removeAll(keepingCapacity: true)
     }
 
     /// Hands the batch in slot `index` to its observation's executor as one job.
     private func handOver(_ index: Int) {
-        guard let observation = slots[index].observation, !slots[index].batch.isEmpty else { return }
-        var batch: [ReceivedNotification] = []
-        swap(&batch, &slots[index].batch)
-        // The next burst is likely as long: one allocation up front instead of growing step by step.
-        slots[index].batch.reserveCapacity(batch.count)
+        guard let observation = state.pointee.slots[index].observation,
+            let batch = state.pointee.slots[index].batch.take()
+        else { return }
+        state.pointee.slots[index].expectedCount = min(batch.count, Self.maxBatch)
         observation.deliver(batch: batch)
     }
 
@@ -122,7 +156,7 @@ final class DeliveryStaging {
     /// and a nested use (a handler running inline) simply gets an empty array of its own.
     func takeTargetBuffer() -> [(ObservationCore, UInt64)] {
         var buffer: [(ObservationCore, UInt64)] = []
-        swap(&buffer, &targetBuffer)
+        swap(&buffer, &state.pointee.targetBuffer)
         return buffer
     }
 
@@ -130,6 +164,6 @@ final class DeliveryStaging {
     /// notification) but keeping its capacity.
     func returnTargetBuffer(_ buffer: consuming [(ObservationCore, UInt64)]) {
         buffer.removeAll(keepingCapacity: true)
-        targetBuffer = buffer
+        state.pointee.targetBuffer = buffer
     }
 }

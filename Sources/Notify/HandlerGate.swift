@@ -55,20 +55,15 @@ final class HandlerGate: Sendable {
         leave()
     }
 
-    /// Runs `body` for each element in order, stopping as soon as the gate is closed; the gate is entered once
-    /// for the whole batch (one read burst's notifications) instead of once per element.
+    /// Runs `body` for each of `batch`'s notifications in order, moved out of it, stopping as soon as the gate is
+    /// closed; the gate is entered once for the whole batch (one read burst's notifications) instead of once per
+    /// notification.
     ///
     /// `close()` sets the flag checked before each element and then waits for the batch to leave, so once it
     /// returns no further invocation starts, exactly as with ``run(_:)``.
-    func runEach<Element>(_ elements: [Element], _ body: (Element) -> Void) {
+    func runEach(_ batch: NotificationBatch, _ body: (ReceivedNotification) -> Void) {
         guard enter() else { return }
-        // By index from the buffer, so each element is lent to `body` rather than copied out of the array.
-        elements.withUnsafeBufferPointer { elements in
-            for index in elements.indices {
-                if closedFlag.load(ordering: .sequentiallyConsistent) { break }
-                body(elements[index])
-            }
-        }
+        batch.consumeEach(while: { !closedFlag.load(ordering: .sequentiallyConsistent) }, body)
         leave()
     }
 

@@ -16,8 +16,11 @@ struct NotificationRun {
     private(set) var nameBytes: [UInt8] = []
     /// The center's routing generation when ``observers`` were looked up.
     private(set) var generation: UInt64 = 0
-    /// Every observation the name goes to, in routing order (possibly none).
+    /// Every observation the name goes to, in routing order (possibly none); the run's references to them.
     private(set) var observers: [ObservationCore] = []
+    /// The same observations, unretained, for ``lentObserver(at:)``: lent from `observers` without touching
+    /// their reference counts, which the handlers' threads also change (a contended cache line per notification).
+    private var borrowed: [Unmanaged<ObservationCore>] = []
     private(set) var isOpen = false
 
     /// Starts a run on `name` with the observations just looked up for it under `generation`.
@@ -28,6 +31,8 @@ struct NotificationRun {
         self.generation = generation
         self.observers.removeAll(keepingCapacity: true)
         self.observers.append(contentsOf: observers)
+        borrowed.removeAll(keepingCapacity: true)
+        borrowed.append(contentsOf: self.observers.lazy.map { Unmanaged.passUnretained($0) })
         isOpen = true
     }
 
@@ -37,7 +42,11 @@ struct NotificationRun {
         isOpen = false
         // Do not keep cancelled observations alive until the next run.
         observers.removeAll(keepingCapacity: true)
+        borrowed.removeAll(keepingCapacity: true)
     }
+
+    /// The run's observation at `index` (routing order), unretained: the run holds it while it stays open.
+    func lentObserver(at index: Int) -> Unmanaged<ObservationCore> { borrowed[index] }
 
     /// Whether a notification named by `bytes` continues the run, with routing unchanged since it opened.
     ///

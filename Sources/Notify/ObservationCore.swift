@@ -92,7 +92,7 @@ final class ObservationCore: Sendable {
     /// The gate is consulted before each notification, not once per batch: a `cancel()` that returns while the
     /// batch runs still stops every handler invocation after it, and a handler that cancels its own
     /// observation receives nothing more from the batch.
-    func deliver(batch: [ReceivedNotification]) {
+    func deliver(batch: NotificationBatch) {
         executor.enqueue { [self] in
             gate.runEach(batch, handler)
         }

@@ -8,7 +8,10 @@ import NotifyWire
 /// their ``payload`` arrays instead.
 public struct ReceivedNotification: Sendable, Hashable {
     /// Where the payload bytes are.
-    enum Storage: Sendable {
+    ///
+    /// `@unchecked Sendable` for ``PayloadBlock``, a `ManagedBuffer` (which never is): a block's bytes are only
+    /// read once a notification referring to them exists, and never written again (see ``PayloadBlock``).
+    enum Storage: @unchecked Sendable {
         case array([UInt8])
         /// A range of a block shared with the other notifications read in the same burst.
         case block(PayloadBlock, offset: Int, count: Int)

@@ -214,6 +214,41 @@ struct BatchedDeliveryTests {
         _ = inline.cancel()
     }
 
+    @Test("a batch hands each notification's payload intact and in order, and one cut short by a cancel frees the rest")
+    func batchOwnership() throws {
+        let counting = CountingExecutor()
+        let handled = Collector<String>()
+        // The handler cancels its own observation at the third notification: the batch stops there.
+        let holder = NIOLockedValueBox<ObservationCore?>(nil)
+        let observation = ObservationCore(
+            id: 1, name: "batched.own", key: SubscriptionKey(pattern: "batched.own", policy: .coalesce), stagingSlot: 0,
+            executor: counting,
+            handler: { note in
+                handled.append(note.payloadString ?? "")
+                if note.sequence == 3 { _ = holder.withLockedValue { $0 }?.cancel() }
+            })
+        holder.withLockedValue { $0 = observation }
+        let staging = DeliveryStaging()
+        let sender = Notify.SenderCredentials(pid: 1, uid: 0, gid: 0)
+        weak var block: PayloadBlock?
+        for sequence in 1...40 {
+            let text = Array("payload \(sequence)".utf8)
+            let storage = text.withUnsafeBytes { staging.storePayload($0) }
+            if case .block(let stored, _, _) = storage { block = stored }
+            staging.add(
+                ReceivedNotification(name: "batched.own", storage: storage, sequence: UInt64(sequence), sender: sender),
+                for: observation)
+        }
+        #expect(block != nil, "the payloads went to one block")
+        staging.flush()
+        #expect(block != nil, "the staged batch holds the block")
+        counting.runAll()
+        #expect(handled.values == ["payload 1", "payload 2", "payload 3"])
+        // The 37 notifications the cancel cut off went with the job: nothing keeps the block alive any more.
+        #expect(block == nil, "the undelivered notifications were freed with the batch")
+        holder.withLockedValue { $0 = nil }
+    }
+
     private static let queueKey = DispatchSpecificKey<String>()
 
     private static func isDisconnect(_ event: ConnectionEvent) -> Bool {
