@@ -24,10 +24,9 @@ final class DaemonChannelHandler: ChannelInboundHandler {
                 // Most frames are notifications continuing a run on one name: routed from their bytes, where they
                 // lie. Nothing this does writes to the channel (an `.immediate` handler's post goes through
                 // `scheduleFlush`, at a later tick), so no failed write can read into the accumulator meanwhile.
-                let taken = try accumulator.takeNextFrameInPlace { type, fields in
+                _ = accumulator.takeFramesInPlace { type, fields in
                     type == MessageType.notification.rawValue && core.deliverContinuingRun(fields, staging: staging)
                 }
-                if taken == true { continue }
                 guard var raw = try accumulator.nextRawFrame() else { break }
                 let frame = try ServerFrame.decode(type: raw.type, body: &raw.body)
                 if case .welcome(let welcome) = frame {

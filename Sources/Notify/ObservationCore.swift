@@ -21,8 +21,9 @@ final class ObservationCore: Sendable {
     private let gate = HandlerGate()
     /// Set while the observation waits for its current (retained) value: live notifications the daemon sent
     /// before it registered the observation are skipped, so the current value comes first.
-    /// Read for every notification on the I/O thread: an atomic flag rather than a lock.
-    private let waitingForCurrentValue = ManagedAtomic(false)
+    /// Read for every notification on the I/O thread: an atomic flag rather than a lock, and an `UnsafeAtomic`
+    /// (freed in `deinit`) because `ManagedAtomic`'s load was a call through its generic class per notification.
+    private let waitingForCurrentValue = UnsafeAtomic<Bool>.create(false)
     /// Whether the executor runs jobs on the calling thread (`.immediate`), which makes staging pointless.
     let runsHandlerInline: Bool
 
@@ -59,6 +60,10 @@ final class ObservationCore: Sendable {
         self.stateHandler = stateHandler
         self.sendsCurrentStates = sendingCurrentStates
         self.runsHandlerInline = executor.runsJobsInline
+    }
+
+    deinit {
+        waitingForCurrentValue.destroy()
     }
 
     var isWaitingForCurrentValue: Bool { waitingForCurrentValue.load(ordering: .acquiring) }

@@ -94,6 +94,35 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         return true
     }
 
+    /// Offers the whole frames buffered, one after another and in place, to `body`, consuming each one it takes,
+    /// until it declines one (which ``nextRawFrame()`` then returns) or no whole, valid frame is left (an invalid
+    /// one is left for ``nextRawFrame()`` to throw for): for a reader that serves runs of frames from their bytes.
+    /// One access to the buffer for the whole run, where ``takeNextFrameInPlace(_:)`` makes one per frame.
+    ///
+    /// As with ``takeNextFrameInPlace(_:)``, nothing `body` does may reach the accumulator.
+    ///
+    /// - Returns: the number of frames `body` took.
+    @inlinable
+    package mutating func takeFramesInPlace(_ body: (UInt8, UnsafeRawBufferPointer) -> Bool) -> Int {
+        guard buffer != nil else { return 0 }
+        let maxFrameLength = maxFrameLength
+        let (count, end) = buffer!.withUnsafeReadableBytes { bytes -> (Int, Int) in
+            var count = 0
+            var offset = 0
+            while let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength),
+                body(frame.type, frame.fields)
+            {
+                count += 1
+                offset = frame.end
+            }
+            return (count, offset)
+        }
+        guard end > 0 else { return 0 }
+        buffer!.moveReaderIndex(forwardBy: end)
+        if buffer!.readableBytes == 0 { buffer = nil }
+        return count
+    }
+
     /// Calls `body` with the type byte and fields of each whole frame buffered, up to `limit` frames, without
     /// consuming them: for a reader that prepares for the frames ahead (the daemon starts loading the memory their
     /// names will reach). Stops at the first frame not whole or not valid; ``nextRawFrame()`` judges those.

@@ -61,6 +61,10 @@ def main():
     write(out / "FuzzAccumulatorChunking", bytes([0, 2, 0, 9, 30]) + streams["client-to-daemon"])
     write(out / "FuzzAccumulatorChunking", bytes([1, 2, 0, 9, 30]) + streams["daemon-to-client"])
     write(out / "FuzzAccumulatorChunking", bytes([1 | 32, 0, 63]) + streams["daemon-to-client"][:40])
+    # Frames taken in place (bits 3 and 6), one by one and in runs (bit 7), in both directions.
+    for direction, first in (("client-to-daemon", 0), ("daemon-to-client", 1)):
+        write(out / "FuzzAccumulatorChunking", bytes([first | 8 | 64, 2, 0, 9, 30]) + streams[direction])
+        write(out / "FuzzAccumulatorChunking", bytes([first | 8 | 64 | 128, 2, 0, 9, 30]) + streams[direction])
     # Hand-written seeds.
     for target in targets:
         committed = HERE / "seeds" / target

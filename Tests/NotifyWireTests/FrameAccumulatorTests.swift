@@ -227,6 +227,57 @@ struct FrameAccumulatorTests {
         try accumulator.finish()
     }
 
+    @Test("runs of frames taken in place and the frames left for nextRawFrame make up the stream, in random chunks", arguments: [5, 77] as [UInt64])
+    func runsTakenInPlace(seed: UInt64) throws {
+        var generator = SplitMix64(seed: seed)
+        let stream = Self.clientStream
+        var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
+        var frames: [ClientFrame] = []
+        var takenCount = 0
+        for chunk in NotifyWireTests.randomChunks(of: stream, maxChunk: 5_000, using: &generator) {
+            accumulator.append(ByteBuffer(bytes: chunk))
+            while true {
+                let before = accumulator.bufferedBytes
+                var offeredBytes = 0
+                let taken = accumulator.takeFramesInPlace { type, fields in
+                    guard type == MessageType.post.rawValue else { return false }
+                    var body = ByteBuffer(bytes: fields)
+                    if let frame = try? ClientFrame.decode(type: type, body: &body) { frames.append(frame) }
+                    offeredBytes += 5 + fields.count
+                    return true
+                }
+                takenCount += taken
+                #expect(accumulator.bufferedBytes == before - offeredBytes, "exactly the frames taken were consumed")
+                guard var raw = try accumulator.nextRawFrame() else { break }
+                #expect(raw.type != MessageType.post.rawValue, "a declined or unread frame comes next")
+                frames.append(try ClientFrame.decode(type: raw.type, body: &raw.body))
+            }
+        }
+        #expect(frames == Self.clientFrames)
+        #expect(takenCount == Self.clientFrames.filter { $0.messageType == .post }.count)
+        try accumulator.finish()
+    }
+
+    @Test("a run taken in place stops before an invalid frame, which nextRawFrame then throws for")
+    func runStopsAtInvalidFrame() throws {
+        var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
+        var stream = ByteBuffer()
+        ClientFrame.post(.init(requestID: 1, name: "a.b", payload: ByteBuffer(bytes: [1, 2, 3]))).encode(into: &stream)
+        ClientFrame.post(.init(requestID: 2, name: "a.c", payload: ByteBuffer())).encode(into: &stream)
+        stream.writeBytes([0, 0, 0, 0, 1])  // an empty frame
+        accumulator.append(stream)
+        var names: [String] = []
+        let taken = accumulator.takeFramesInPlace { type, fields in
+            var body = ByteBuffer(bytes: fields)
+            guard case .post(let post)? = try? ClientFrame.decode(type: type, body: &body) else { return false }
+            names.append(post.name)
+            return true
+        }
+        #expect(taken == 2)
+        #expect(names == ["a.b", "a.c"])
+        #expect(throws: WireDecodingError.emptyFrame) { try accumulator.nextRawFrame() }
+    }
+
     @Test("taking a frame in place throws what nextRawFrame throws: an empty frame, one over the limit")
     func takenInPlaceErrors() {
         var empty = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)

@@ -7,7 +7,8 @@
 //           bit 5 put 70 frames of 1 KiB (POST or QUERY_RESULT) in front of the stream, so the accumulator's
 //           read index passes 64 KiB and it compacts a partial frame (the limit is then at least 131,072);
 //           bit 6 (with bit 3) take the frames of odd type in place with takeNextFrameInPlace() first, as the daemon
-//           takes posts.
+//           takes posts; bit 7 (with bits 3 and 6) take them in runs with takeFramesInPlace(), as the Swift library
+//           takes notifications.
 //   byte 1: n, then n % 16 + 1 bytes: chunk sizes (each size % 64 + 1, used in turn until the stream ends).
 // Properties: the frames and the error (or the end-of-stream result of finish()) are the same whether the
 // stream is appended at once or in chunks, draining after every chunk; bufferedBytes is always the number of
@@ -30,6 +31,7 @@ enum FuzzAccumulatorChunking {
         var sliced: Bool
         var pings: Bool
         var inPlace: Bool
+        var inPlaceRuns = false
         var chunkSizes: [Int]
         var prefixLength = 0
     }
@@ -52,6 +54,7 @@ enum FuzzAccumulatorChunking {
         var options = Options(
             serverDirection: flags & 1 != 0, maxFrameLength: limits[Int(flags >> 1) & 3], raw: flags & 8 != 0,
             sliced: flags & 16 != 0, pings: flags & 32 != 0, inPlace: flags & 72 == 72, chunkSizes: sizes)
+        options.inPlaceRuns = flags & 0xC8 == 0xC8
         var stream: [UInt8] = []
         if options.pings {
             // 70 frames of about 1 KiB: POST (client) or QUERY_RESULT (daemon), 1,000 payload bytes each.
@@ -131,12 +134,24 @@ enum FuzzAccumulatorChunking {
         _ accumulator: inout FrameAccumulator<Frame>, into outcome: inout Outcome, consumed: inout Int,
         _ options: Options
     ) {
+        // Frames a run took in place (bit 7), in reverse order, checked one per turn before anything read after them.
+        var takenRun: [[UInt8]] = []
         while true {
             let frame: Frame
             var rawBytes: [UInt8]? = nil
             do {
                 var inPlaceBytes: [UInt8]?
-                if options.inPlace {
+                if options.inPlaceRuns {
+                    if takenRun.isEmpty {
+                        _ = accumulator.takeFramesInPlace { type, fields in
+                            guard type & 1 == 1 else { return false }
+                            takenRun.append([type] + Array(fields))
+                            return true
+                        }
+                        takenRun.reverse()
+                    }
+                    inPlaceBytes = takenRun.popLast()
+                } else if options.inPlace {
                     _ = try accumulator.takeNextFrameInPlace { type, fields in
                         guard type & 1 == 1 else { return false }
                         inPlaceBytes = [type] + Array(fields)
