@@ -26,20 +26,60 @@ public struct ReceivedNotification: Sendable, Hashable {
     public var sender: SenderCredentials
     /// Under the `coalesce` policy: how many earlier notifications on this name the daemon merged into this
     /// one while the observer could not keep up (0 normally).
-    public var mergedCount: UInt64 = 0
+    public var mergedCount: UInt64 {
+        get { details?.values.mergedCount ?? 0 }
+        set { updateDetails { $0.mergedCount = newValue } }
+    }
     /// Under the `queue` policy: how many notifications of this subscription the daemon dropped just before
     /// this one (0 normally).
-    public var droppedBefore: UInt64 = 0
+    public var droppedBefore: UInt64 {
+        get { details?.values.droppedBefore ?? 0 }
+        set { updateDetails { $0.droppedBefore = newValue } }
+    }
     /// Whether this is the retained notification delivered as the current value when observing began
     /// (``ObservationOptions/receivesCurrentValue``), rather than a new post.
-    public var isRetained = false
+    public var isRetained: Bool {
+        get { details?.values.isRetained ?? false }
+        set { updateDetails { $0.isRetained = newValue } }
+    }
     /// Whether the post was made with `retain` (it became its name's retained notification). Only reported on
     /// observations with ``ObservationOptions/marksRetainedPosts``; `false` on others, and for the current value
     /// (see ``isRetained``).
-    public var isRetainedPost = false
+    public var isRetainedPost: Bool {
+        get { details?.values.isRetainedPost ?? false }
+        set { updateDetails { $0.isRetainedPost = newValue } }
+    }
     /// For a notification relayed from another host (by `notifyd-bridge`): where it was first posted; `nil` for a
     /// local post. ``sender`` is then the relay's process.
-    public var origin: NotificationOrigin?
+    public var origin: NotificationOrigin? {
+        get { details?.values.origin }
+        set { updateDetails { $0.origin = newValue } }
+    }
+
+    /// The fields above, which most notifications leave at their defaults: boxed, and `nil` while they all are,
+    /// so that a notification stays small (it is moved into a batch and out to its handler: 80 bytes rather
+    /// than 144).
+    private var details: Details?
+
+    private struct DetailValues: Equatable {
+        var mergedCount: UInt64 = 0
+        var droppedBefore: UInt64 = 0
+        var isRetained = false
+        var isRetainedPost = false
+        var origin: NotificationOrigin?
+    }
+
+    /// Immutable, so copies of a notification can share it; a change makes a new one.
+    private final class Details: Sendable {
+        let values: DetailValues
+        init(_ values: DetailValues) { self.values = values }
+    }
+
+    private mutating func updateDetails(_ change: (inout DetailValues) -> Void) {
+        var values = details?.values ?? DetailValues()
+        change(&values)
+        details = values == DetailValues() ? nil : Details(values)
+    }
 
     /// Creates a notification value (the library creates these; tests and process-local posts may too).
     public init(name: String, payload: [UInt8], sequence: UInt64, sender: SenderCredentials) {
