@@ -24,7 +24,7 @@ final class DaemonChannelHandler: ChannelInboundHandler {
                 // Most frames are notifications continuing a run on one name: routed from their bytes, where they
                 // lie. Nothing this does writes to the channel (an `.immediate` handler's post goes through
                 // `scheduleFlush`, at a later tick), so no failed write can read into the accumulator meanwhile.
-                _ = accumulator.takeFramesInPlace { type, fields in
+                _ = accumulator.takeFramesInPlace { type, fields, _ in
                     type == MessageType.notification.rawValue && core.deliverContinuingRun(fields, staging: staging)
                 }
                 guard var raw = try accumulator.nextRawFrame() else { break }

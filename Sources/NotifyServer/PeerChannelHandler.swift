@@ -197,59 +197,120 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private func serveBufferedFrames(_ peer: Peer) {
         let maxPayload = Int(broker.configuration.limits.maxPayloadLength)
         do throws(WireDecodingError) {
-            while peer.isServing {
-                // A client that does not read its replies gets no more served until it does (a write completion
-                // serves the rest): its requests, a QUERY above all, cannot grow its queue without bound.
-                if peer.isBackPressured { break }
-                if turnCost >= Self.turnBudget || turnPatternVisits >= Self.patternVisitsPerTurn {
+            serving: while true {
+                switch nextFrameAllowance(peer) {
+                case .stop: break serving
+                case .budgetSpent:
                     deferServing()
-                    break
+                    break serving
+                case .loadAhead:
+                    loadAhead()
+                    continue serving
+                case .serve: break
                 }
-                if framesSincePrefetch >= Self.prefetchGroup {
-                    // At least half of the last frames were posts served from their bytes that did not continue a run:
-                    // a poster spreading over names (see `prefetchRoutes`).
-                    if postsFromBytesSincePrefetch * 2 >= Self.prefetchGroup {
-                        broker.prefetchRoutes(of: accumulator, count: Self.prefetchGroup, hashes: &nameHashes)
-                    } else {
-                        nameHashes.removeAll(keepingCapacity: true)
-                    }
-                    framesSincePrefetch = 0
-                    postsFromBytesSincePrefetch = 0
+                switch serveFramesInPlace(peer, maxPayload: maxPayload) {
+                case .stop: break serving
+                case .budgetSpent:
+                    deferServing()
+                    break serving
+                case .loadAhead:
+                    loadAhead()
+                    continue serving
+                case .serve: break
                 }
-                let nameHash = framesSincePrefetch < nameHashes.count ? nameHashes[framesSincePrefetch] : nil
-                var served = try serveNextFrameInPlace(peer, maxPayload: maxPayload, nameHash: nameHash)
-                if served == nil {
-                    guard var frame = try accumulator.nextRawFrame() else { break }
-                    served = try peer.serve(type: frame.type, body: &frame.body)
-                }
-                framesSincePrefetch += 1
-                switch served! {
-                case .runPost:
-                    turnCost += Self.runPostCost
-                    continue
-                case .postAlone(let visits):
-                    postsFromBytesSincePrefetch += 1
-                    turnCost += Self.postAloneCost
-                    turnPatternVisits += visits
-                case .runStartFromBytes(let visits):
-                    postsFromBytesSincePrefetch += 1
-                    turnCost += Self.runStartCost
-                    turnPatternVisits += visits
-                case .runStart(let visits):
-                    turnCost += Self.runStartCost
-                    turnPatternVisits += visits
-                case .request(let visits):
-                    turnCost += Self.requestCost
-                    turnPatternVisits += visits
-                }
-                turnFullPathFrames += 1
-                peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFullPathFrames)
+                // The next frame (if whole) is one the peer did not take in place: decoded.
+                guard var frame = try accumulator.nextRawFrame() else { break }
+                account(try peer.serve(type: frame.type, body: &frame.body), peer)
             }
         } catch {
             peer.endServing()
             peer.fail(error.code, error.description)
         }
         peer.endServing()
+    }
+
+    /// Whether the peer's next frame may be served now (checked before each one).
+    private enum Allowance {
+        case serve
+        /// Not serving, or back-pressured: the rest waits for a write completion or is never served.
+        case stop
+        /// This turn's budget is spent: the rest waits for the next turn.
+        case budgetSpent
+        /// The routes of the frames ahead are due to be loaded first (see ``loadAhead()``).
+        case loadAhead
+    }
+
+    private func nextFrameAllowance(_ peer: Peer) -> Allowance {
+        // A client that does not read its replies gets no more served until it does (a write completion serves the
+        // rest): its requests, a QUERY above all, cannot grow its queue without bound.
+        guard peer.isServing, !peer.isBackPressured else { return .stop }
+        guard turnCost < Self.turnBudget, turnPatternVisits < Self.patternVisitsPerTurn else { return .budgetSpent }
+        return framesSincePrefetch >= Self.prefetchGroup ? .loadAhead : .serve
+    }
+
+    /// Starts a group of ``prefetchGroup`` frames: if at least half of the last group were posts served from their
+    /// bytes that did not continue a run (a poster spreading over names), the routes of the next group are loaded
+    /// together (see `prefetchRoutes`).
+    private func loadAhead() {
+        if postsFromBytesSincePrefetch * 2 >= Self.prefetchGroup {
+            broker.prefetchRoutes(of: accumulator, count: Self.prefetchGroup, hashes: &nameHashes)
+        } else {
+            nameHashes.removeAll(keepingCapacity: true)
+        }
+        framesSincePrefetch = 0
+        postsFromBytesSincePrefetch = 0
+    }
+
+    /// Counts a served frame against the turn's budget and the loading-ahead group.
+    private func account(_ served: Peer.ServedFrame, _ peer: Peer) {
+        framesSincePrefetch += 1
+        switch served {
+        case .runPost:
+            turnCost += Self.runPostCost
+            return
+        case .postAlone(let visits):
+            postsFromBytesSincePrefetch += 1
+            turnCost += Self.postAloneCost
+            turnPatternVisits += visits
+        case .runStartFromBytes(let visits):
+            postsFromBytesSincePrefetch += 1
+            turnCost += Self.runStartCost
+            turnPatternVisits += visits
+        case .runStart(let visits):
+            turnCost += Self.runStartCost
+            turnPatternVisits += visits
+        case .request(let visits):
+            turnCost += Self.requestCost
+            turnPatternVisits += visits
+        }
+        turnFullPathFrames += 1
+        peer.mostFramesInOneTurn = max(peer.mostFramesInOneTurn, turnFullPathFrames)
+    }
+
+    /// Serves the whole frames buffered where they lie in the accumulator (``Peer/serveInPlace``), as many in a row
+    /// as the peer takes and its allowance lets it, in one access to the accumulator; returns why it stopped
+    /// (`.serve`: the next frame, if any, is for `nextRawFrame`). Stops after a frame that made the peer's own flush
+    /// wait, so that the flush goes at once.
+    private func serveFramesInPlace(_ peer: Peer, maxPayload: Int) -> Allowance {
+        var outcome = Allowance.serve
+        isServingInPlace = true
+        defer {
+            isServingInPlace = false
+            flushOwnQueueIfDeferred()
+        }
+        _ = accumulator.takeFramesInPlace { type, fields, stop in
+            // The first frame was allowed by the caller; nothing in a frame served in place can change that, except
+            // through what the frames before it did.
+            outcome = nextFrameAllowance(peer)
+            guard case .serve = outcome else { return false }
+            let nameHash = framesSincePrefetch < nameHashes.count ? nameHashes[framesSincePrefetch] : nil
+            guard let served = peer.serveInPlace(type: type, fields: fields, maxPayload: maxPayload, nameHash: nameHash)
+            else { return false }
+            account(served, peer)
+            stop = flushAfterServingInPlace != nil
+            return true
+        }
+        return outcome
     }
 
     /// Offers the next whole frame to the peer where it lies in the accumulator (``Peer/serveInPlace``); `nil`

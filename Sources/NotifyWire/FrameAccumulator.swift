@@ -95,22 +95,24 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     }
 
     /// Offers the whole frames buffered, one after another and in place, to `body`, consuming each one it takes,
-    /// until it declines one (which ``nextRawFrame()`` then returns) or no whole, valid frame is left (an invalid
-    /// one is left for ``nextRawFrame()`` to throw for): for a reader that serves runs of frames from their bytes.
-    /// One access to the buffer for the whole run, where ``takeNextFrameInPlace(_:)`` makes one per frame.
+    /// until it declines one (which ``nextRawFrame()`` then returns), takes one and sets its `stop` argument, or no
+    /// whole, valid frame is left (an invalid one is left for ``nextRawFrame()`` to throw for): for a reader that
+    /// serves runs of frames from their bytes. One access to the buffer for the whole run, where
+    /// ``takeNextFrameInPlace(_:)`` makes one per frame.
     ///
     /// As with ``takeNextFrameInPlace(_:)``, nothing `body` does may reach the accumulator.
     ///
     /// - Returns: the number of frames `body` took.
     @inlinable
-    package mutating func takeFramesInPlace(_ body: (UInt8, UnsafeRawBufferPointer) -> Bool) -> Int {
+    package mutating func takeFramesInPlace(_ body: (UInt8, UnsafeRawBufferPointer, _ stop: inout Bool) -> Bool) -> Int {
         guard buffer != nil else { return 0 }
         let maxFrameLength = maxFrameLength
         let (count, end) = buffer!.withUnsafeReadableBytes { bytes -> (Int, Int) in
             var count = 0
             var offset = 0
-            while let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength),
-                body(frame.type, frame.fields)
+            var stop = false
+            while !stop, let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength),
+                body(frame.type, frame.fields, &stop)
             {
                 count += 1
                 offset = frame.end

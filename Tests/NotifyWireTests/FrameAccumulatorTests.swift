@@ -239,8 +239,13 @@ struct FrameAccumulatorTests {
             while true {
                 let before = accumulator.bufferedBytes
                 var offeredBytes = 0
-                let taken = accumulator.takeFramesInPlace { type, fields in
+                var stopped = false
+                let taken = accumulator.takeFramesInPlace { type, fields, stop in
+                    #expect(!stopped, "a frame was offered after the run was stopped")
                     guard type == MessageType.post.rawValue else { return false }
+                    // A third of the frames taken end their run, as a reader does that must act between two frames.
+                    stop = generator.next() % 3 == 0
+                    stopped = stop
                     var body = ByteBuffer(bytes: fields)
                     if let frame = try? ClientFrame.decode(type: type, body: &body) { frames.append(frame) }
                     offeredBytes += 5 + fields.count
@@ -248,6 +253,8 @@ struct FrameAccumulatorTests {
                 }
                 takenCount += taken
                 #expect(accumulator.bufferedBytes == before - offeredBytes, "exactly the frames taken were consumed")
+                // Stopped after a frame taken: the next may be another post, for the next run.
+                if stopped { continue }
                 guard var raw = try accumulator.nextRawFrame() else { break }
                 #expect(raw.type != MessageType.post.rawValue, "a declined or unread frame comes next")
                 frames.append(try ClientFrame.decode(type: raw.type, body: &raw.body))
@@ -267,7 +274,7 @@ struct FrameAccumulatorTests {
         stream.writeBytes([0, 0, 0, 0, 1])  // an empty frame
         accumulator.append(stream)
         var names: [String] = []
-        let taken = accumulator.takeFramesInPlace { type, fields in
+        let taken = accumulator.takeFramesInPlace { type, fields, _ in
             var body = ByteBuffer(bytes: fields)
             guard case .post(let post)? = try? ClientFrame.decode(type: type, body: &body) else { return false }
             names.append(post.name)

@@ -143,9 +143,11 @@ enum FuzzAccumulatorChunking {
                 var inPlaceBytes: [UInt8]?
                 if options.inPlaceRuns {
                     if takenRun.isEmpty {
-                        _ = accumulator.takeFramesInPlace { type, fields in
+                        _ = accumulator.takeFramesInPlace { type, fields, stop in
                             guard type & 1 == 1 else { return false }
                             takenRun.append([type] + Array(fields))
+                            // Runs end after a frame of type 3 mod 4 as well (a reader stopping after taking one).
+                            stop = type & 3 == 3
                             return true
                         }
                         takenRun.reverse()
