@@ -60,7 +60,8 @@ final class DeliveryStaging {
 
     /// The name of the last notification read and where it went (see ``NotificationRun``).
     var run: NotificationRun {
-        get { state.pointee.run }
+        // Yielded, not returned: a getter's copy of the run would retain and release its references per use.
+        _read { yield state.pointee.run }
         _modify { yield &state.pointee.run }
     }
 

@@ -6,7 +6,7 @@ import NotifyWire
 /// Notifications read together from the daemon share one block of payload bytes (at most 16 KiB, or one
 /// larger payload), which lives as long as any of them: to keep many notifications for a long time, keep
 /// their ``payload`` arrays instead.
-public struct ReceivedNotification: Sendable, Hashable {
+public struct ReceivedNotification: Sendable, Hashable, CustomReflectable {
     /// Where the payload bytes are.
     ///
     /// `@unchecked Sendable` for ``PayloadBlock``, a `ManagedBuffer` (which never is): a block's bytes are only
@@ -76,10 +76,16 @@ public struct ReceivedNotification: Sendable, Hashable {
     }
 
     private mutating func updateDetails(_ change: (inout DetailValues) -> Void) {
-        var values = details?.values ?? DetailValues()
+        let current = details?.values ?? DetailValues()
+        var values = current
         change(&values)
+        // Setting a field to what it is (a drop count of 0 for each observer, say) allocates nothing.
+        guard values != current else { return }
         details = values == DetailValues() ? nil : Details(values)
     }
+
+    /// Whether any of the rarely set fields differs from its default (the box exists).
+    var hasDetails: Bool { details != nil }
 
     /// Creates a notification value (the library creates these; tests and process-local posts may too).
     public init(name: String, payload: [UInt8], sequence: UInt64, sender: SenderCredentials) {
@@ -130,6 +136,18 @@ public struct ReceivedNotification: Sendable, Hashable {
 
     /// The payload as `Data`.
     public var payloadData: Data { withPayloadBytes { Data($0) } }
+
+    /// The notification's fields as `print` and `dump` show them: the public ones, with the payload's size.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "name": name, "sequence": sequence, "sender": sender, "payloadCount": payloadCount,
+                "mergedCount": mergedCount, "droppedBefore": droppedBefore, "isRetained": isRetained,
+                "isRetainedPost": isRetainedPost, "origin": origin as Any,
+            ],
+            displayStyle: .struct)
+    }
 
     /// Whether two notifications have the same name, sequence, sender, loss counters, retained flags, origin and
     /// payload bytes.

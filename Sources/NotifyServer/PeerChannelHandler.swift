@@ -198,7 +198,20 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         let maxPayload = Int(broker.configuration.limits.maxPayloadLength)
         do throws(WireDecodingError) {
             serving: while true {
-                switch nextFrameAllowance(peer) {
+                var next = nextFrameAllowance(peer)
+                if case .serve = next {
+                    guard let stopped = serveFramesInPlace(peer, maxPayload: maxPayload) else {
+                        // The next frame (if whole) is one the peer did not take in place: decoded.
+                        guard var frame = try accumulator.nextRawFrame() else { break serving }
+                        account(try peer.serve(type: frame.type, body: &frame.body), peer)
+                        continue serving
+                    }
+                    next = stopped
+                }
+                switch next {
+                case .serve:
+                    // A run of frames ended after one whose own flush then went: the next frame is checked afresh.
+                    continue serving
                 case .stop: break serving
                 case .budgetSpent:
                     deferServing()
@@ -206,21 +219,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
                 case .loadAhead:
                     loadAhead()
                     continue serving
-                case .serve: break
                 }
-                switch serveFramesInPlace(peer, maxPayload: maxPayload) {
-                case .stop: break serving
-                case .budgetSpent:
-                    deferServing()
-                    break serving
-                case .loadAhead:
-                    loadAhead()
-                    continue serving
-                case .serve: break
-                }
-                // The next frame (if whole) is one the peer did not take in place: decoded.
-                guard var frame = try accumulator.nextRawFrame() else { break }
-                account(try peer.serve(type: frame.type, body: &frame.body), peer)
             }
         } catch {
             peer.endServing()
@@ -288,26 +287,33 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     }
 
     /// Serves the whole frames buffered where they lie in the accumulator (``Peer/serveInPlace``), as many in a row
-    /// as the peer takes and its allowance lets it, in one access to the accumulator; returns why it stopped
-    /// (`.serve`: the next frame, if any, is for `nextRawFrame`). Stops after a frame that made the peer's own flush
-    /// wait, so that the flush goes at once.
-    private func serveFramesInPlace(_ peer: Peer, maxPayload: Int) -> Allowance {
-        var outcome = Allowance.serve
+    /// as the peer takes and its allowance lets it, in one access to the accumulator.
+    ///
+    /// - Returns: `nil` when the peer declined the next frame or no whole, valid frame is left (the next one, if
+    ///   any, is for `nextRawFrame`); the allowance that stopped the run; or `.serve` when the run stopped after a
+    ///   frame that made the peer's own flush wait, so that the flush went at once.
+    private func serveFramesInPlace(_ peer: Peer, maxPayload: Int) -> Allowance? {
+        var outcome: Allowance?
         isServingInPlace = true
         defer {
             isServingInPlace = false
             flushOwnQueueIfDeferred()
         }
         _ = accumulator.takeFramesInPlace { type, fields, stop in
-            // The first frame was allowed by the caller; nothing in a frame served in place can change that, except
-            // through what the frames before it did.
-            outcome = nextFrameAllowance(peer)
-            guard case .serve = outcome else { return false }
+            // The caller allowed the first frame; each next one is checked after what the frames before it did.
+            let allowance = nextFrameAllowance(peer)
+            guard case .serve = allowance else {
+                outcome = allowance
+                return false
+            }
             let nameHash = framesSincePrefetch < nameHashes.count ? nameHashes[framesSincePrefetch] : nil
             guard let served = peer.serveInPlace(type: type, fields: fields, maxPayload: maxPayload, nameHash: nameHash)
             else { return false }
             account(served, peer)
-            stop = flushAfterServingInPlace != nil
+            if flushAfterServingInPlace != nil {
+                stop = true
+                outcome = .serve
+            }
             return true
         }
         return outcome

@@ -215,6 +215,10 @@ extension EmbeddedPeerTests {
         let frames = try client.received()
         #expect(frames.compactMap(\.notification).count == 256, "\(frames.suffix(2).map(\.summary))")
         #expect(client.channel.isActive)
+        // Each flush of its own queue ends a run of frames served in place; the posts after it still continue the
+        // same run of posts (served from their bytes, not decoded into a new run each time).
+        let entry = try #require(daemon.broker.snapshot().clients.first { $0.clientName == "self-observer" })
+        #expect(entry.mostFramesInOneTurn <= 2, "\(entry.mostFramesInOneTurn) frames decoded in one turn")
     }
 }
 

@@ -26,6 +26,9 @@ struct ReceivedNotificationTests {
         #expect(original.isRetained && original.isRetainedPost && original.origin == origin)
         #expect(copy.mergedCount == 50 && copy.droppedBefore == 6 && copy.origin == nil && copy.isRetained)
         #expect(copy != original)
+        // What `print` shows: the public fields, not the box behind them.
+        let shown = String(describing: original)
+        #expect(shown.contains("mergedCount: 5") && shown.contains("droppedBefore: 6") && shown.contains("far"), "\(shown)")
     }
 
     @Test("notifications equal field by field are equal and hash alike, however their fields were set")
@@ -35,6 +38,10 @@ struct ReceivedNotificationTests {
         roundTrip.droppedBefore = 3
         roundTrip.droppedBefore = 0
         #expect(roundTrip == plain)
+        #expect(!roundTrip.hasDetails, "a field set back to its default leaves nothing boxed")
+        var unchanged = plain
+        unchanged.droppedBefore = 0
+        #expect(!unchanged.hasDetails, "setting a field to its default boxes nothing")
         #expect(roundTrip.hashValue == plain.hashValue)
         var merged = plain
         merged.mergedCount = 1
