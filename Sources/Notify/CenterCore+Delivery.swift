@@ -18,8 +18,9 @@ extension CenterCore {
         let notification = ReceivedNotification(
             name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
             sender: SenderCredentials(fields.sender))
-        // Lent by the run (no reference counting per notification); the last observer (usually the only one)
-        // takes the notification itself rather than a copy.
+        // Lent by the run (no reference counting per notification): safe while nothing an `.immediate` handler can
+        // reach opens or closes the run, which only `received` and `deliver` do, on this thread, for the frames
+        // after this one. The last observer (usually the only one) takes the notification itself, not a copy.
         for index in 0..<(count - 1) {
             let observer = staging.run.lentObserver(at: index)
             if !observer._withUnsafeGuaranteedRef({ $0.isWaitingForCurrentValue }) {

@@ -59,7 +59,7 @@ final class HandlerGate: Sendable {
     /// closed; the gate is entered once for the whole batch (one read burst's notifications) instead of once per
     /// notification.
     ///
-    /// `close()` sets the flag checked before each element and then waits for the batch to leave, so once it
+    /// `close()` sets the flag checked before each notification and then waits for the batch to leave, so once it
     /// returns no further invocation starts, exactly as with ``run(_:)``.
     func runEach(_ batch: NotificationBatch, _ body: (ReceivedNotification) -> Void) {
         guard enter() else { return }

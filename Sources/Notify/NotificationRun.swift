@@ -49,10 +49,7 @@ struct NotificationRun {
     func lentObserver(at index: Int) -> Unmanaged<ObservationCore> { borrowed[index] }
 
     /// Whether a notification named by `bytes` continues the run, with routing unchanged since it opened.
-    ///
-    /// `mutating` although it changes nothing: called on the staging's stored run, a non-mutating method got a copy
-    /// of the whole run (a retain and release of each of its references, per notification).
-    mutating func continues(name bytes: UnsafeRawBufferPointer, generation current: UInt64) -> Bool {
+    func continues(name bytes: UnsafeRawBufferPointer, generation current: UInt64) -> Bool {
         guard isOpen, generation == current, bytes.count == nameBytes.count else { return false }
         return nameBytes.withUnsafeBytes { $0.bytesEqual(bytes) }
     }

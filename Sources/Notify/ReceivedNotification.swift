@@ -59,9 +59,9 @@ public struct ReceivedNotification: Sendable, Hashable, CustomReflectable {
     /// The fields above, which most notifications leave at their defaults: boxed, and `nil` while they all are,
     /// so that a notification stays small (it is moved into a batch and out to its handler: 80 bytes rather
     /// than 144).
-    private var details: Details?
+    private(set) var details: Details?
 
-    private struct DetailValues: Equatable {
+    struct DetailValues: Equatable {
         var mergedCount: UInt64 = 0
         var droppedBefore: UInt64 = 0
         var isRetained = false
@@ -70,7 +70,7 @@ public struct ReceivedNotification: Sendable, Hashable, CustomReflectable {
     }
 
     /// Immutable, so copies of a notification can share it; a change makes a new one.
-    private final class Details: Sendable {
+    final class Details: Sendable {
         let values: DetailValues
         init(_ values: DetailValues) { self.values = values }
     }

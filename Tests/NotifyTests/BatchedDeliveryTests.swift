@@ -257,13 +257,13 @@ struct BatchedDeliveryTests {
     }
 }
 
-/// Keeps jobs instead of running them, so a test can count and then run them.
 /// A payload block, not kept alive.
 private struct WeakBlock {
     weak var block: PayloadBlock?
     init(_ block: PayloadBlock) { self.block = block }
 }
 
+/// Keeps jobs instead of running them, so a test can count and then run them.
 private final class CountingExecutor: DeliveryExecutor {
     private let jobs = NIOLockedValueBox<[@Sendable () -> Void]>([])
 

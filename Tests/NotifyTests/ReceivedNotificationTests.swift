@@ -42,6 +42,11 @@ struct ReceivedNotificationTests {
         var unchanged = plain
         unchanged.droppedBefore = 0
         #expect(!unchanged.hasDetails, "setting a field to its default boxes nothing")
+        var boxed = plain
+        boxed.mergedCount = 2
+        let box = boxed.details
+        boxed.droppedBefore = 0
+        #expect(boxed.details === box, "setting a field to what it is keeps the box (allocates nothing)")
         #expect(roundTrip.hashValue == plain.hashValue)
         var merged = plain
         merged.mergedCount = 1

@@ -6,9 +6,9 @@
 //           bit 4 hand each chunk over as a slice with bytes already read in front of it;
 //           bit 5 put 70 frames of 1 KiB (POST or QUERY_RESULT) in front of the stream, so the accumulator's
 //           read index passes 64 KiB and it compacts a partial frame (the limit is then at least 131,072);
-//           bit 6 (with bit 3) take the frames of odd type in place with takeNextFrameInPlace() first, as the daemon
-//           takes posts; bit 7 (with bits 3 and 6) take them in runs with takeFramesInPlace(), as the Swift library
-//           takes notifications.
+//           bit 6 (with bit 3) take the frames of odd type in place with takeNextFrameInPlace() first, one at a
+//           time (as the daemon does at a shutdown's end); bit 7 (with bits 3 and 6) take them in runs with
+//           takeFramesInPlace(), stopping at random, as the daemon takes posts and the Swift library notifications.
 //   byte 1: n, then n % 16 + 1 bytes: chunk sizes (each size % 64 + 1, used in turn until the stream ends).
 // Properties: the frames and the error (or the end-of-stream result of finish()) are the same whether the
 // stream is appended at once or in chunks, draining after every chunk; bufferedBytes is always the number of
