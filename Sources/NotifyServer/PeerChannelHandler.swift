@@ -300,7 +300,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
             flushOwnQueueIfDeferred()
         }
         _ = accumulator.takeFramesInPlace { type, fields, stop in
-            // The caller allowed the first frame; each next one is checked after what the frames before it did.
+            // Checked for every frame, the first included (the caller's check of it is repeated: one check per run):
+            // each one after what the frames before it did.
             let allowance = nextFrameAllowance(peer)
             guard case .serve = allowance else {
                 outcome = allowance
