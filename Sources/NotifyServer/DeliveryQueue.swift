@@ -154,7 +154,7 @@ struct DeliveryQueue {
         guard first < run.frames.count else { return (flushNow, Held()) }
         var result = Held(startedHolding: startHolding())
         result.dropped = held!.holdRun(
-            run.ownedFrames(from: first), count: run.frames.count - first, firstSequence: run.frames[first].sequence,
+            run.slice(from: first), count: run.frames.count - first, firstSequence: run.frames[first].sequence,
             limit: queueLimit, subscriptionID: subscriptionID)
         result.dropped += enforceHeldBound()
         count(result)

@@ -9,7 +9,9 @@ import NotifyWire
 /// one buffer (a run of posts is one chunk, copied once; single posts are appended to the last chunk while
 /// nothing else was held after it). Holding and releasing a run then costs a copy of its bytes and a few
 /// entries, not a few entries per notification, so a connection that fell behind is not also the one that
-/// costs the most. Dropping and evicting single notifications walks their length prefixes from a chunk's front.
+/// costs the most. A chunk records where each of its notifications ends, so taking part of it (a queue's limit, the
+/// byte bound, a release's budget) reads that index, never the held frames again; a chunk dropped whole leaves
+/// its storage to the next run held, so a backlog kept at its bound cycles through the same memory.
 ///
 /// Holding, evicting and releasing cost O(1) amortised per notification whatever the backlog: notifications
 /// are held in sequence order (sequence numbers only grow), so one FIFO of entries (a coalesced name or a
@@ -27,35 +29,96 @@ struct HeldNotifications {
     private struct Chunk {
         var id: UInt64
         var bytes: ByteBuffer
-        var count: Int
+        /// Where each notification ends in `bytes` (a writer index), recorded while its bytes were at hand:
+        /// taking from the front reads these, not the frames, which by then are long out of the cache (a backlog
+        /// evicted by its byte bound is megabytes old).
+        private var ends: [UInt32]
+        /// Entries of `ends` whose notifications were taken.
+        private var taken = 0
         /// `bytes` is storage this table allocated (not a frame shared with other connections), so later
         /// notifications may be appended to it in place.
         var isAppendable: Bool
+        /// `bytes` is storage this table allocated and nothing else refers to: it may be reused once the chunk goes.
+        var ownsStorage: Bool
+
+        /// - Parameter ends: an empty array whose capacity may be reused.
+        init(id: UInt64, bytes: ByteBuffer, count: Int, isAppendable: Bool, ownsStorage: Bool, ends: [UInt32] = []) {
+            self.id = id
+            self.bytes = bytes
+            self.isAppendable = isAppendable
+            self.ownsStorage = ownsStorage
+            self.ends = ends
+            self.ends.reserveCapacity(count)
+            var end = bytes.readerIndex
+            for _ in 0..<count {
+                end += bytes.wireFrameLength(atOffset: end - bytes.readerIndex)
+                self.ends.append(UInt32(end))
+            }
+        }
+
+        /// Notifications still held.
+        var count: Int { ends.count - taken }
+
+        /// Bytes of storage the chunk keeps alive: its buffer and its index.
+        var storageBytes: Int { bytes.storageCapacity + ends.capacity * MemoryLayout<UInt32>.stride }
+
+        /// The chunk's storage and index, emptied, for another chunk (see ``ownsStorage``).
+        consuming func emptiedStorage() -> (bytes: ByteBuffer, ends: [UInt32]) {
+            bytes.clear()
+            ends.removeAll(keepingCapacity: true)
+            return (bytes, ends)
+        }
+
+        /// Appends one notification (the chunk must be appendable and have room).
+        mutating func append(_ frame: ByteBuffer) {
+            bytes.writeImmutableBuffer(frame)
+            ends.append(UInt32(bytes.writerIndex))
+        }
 
         /// Takes up to `limit` notifications from the front, stopping once `wanted` bytes were taken (at least
-        /// one is taken): walks their length prefixes, unless the whole chunk goes.
-        mutating func takeFront(count limit: Int, bytes wanted: Int) -> (frames: ByteBuffer, count: Int) {
+        /// one is taken).
+        ///
+        /// - Parameter compacting: copy what is left into storage of its own once most of the storage was taken,
+        ///   so that what a chunk keeps alive stays within a small factor of the bytes counted (each byte is
+        ///   copied O(1) times amortised). Eviction by the byte bound passes `false`: it takes only from the
+        ///   connection's oldest chunk, so at most one chunk (≤ ``HeldNotifications/chunkByteLimit`` and a run's
+        ///   ``PostRun/byteLimit``) is left partly taken by it, and the rest of that chunk is usually the next to
+        ///   go; copying it would read back bytes long out of the cache.
+        mutating func takeFront(count limit: Int, bytes wanted: Int, compacting: Bool) -> (frames: ByteBuffer, count: Int, copied: Int) {
+            let start = bytes.readerIndex
+            var n = 1
             if limit >= count, wanted >= bytes.readableBytes {
-                defer { count = 0 }
-                return (bytes.readSlice(length: bytes.readableBytes)!, count)
+                n = count
+            } else {
+                // The fewest notifications (at least one, at most `limit`) whose bytes reach `wanted`: the first
+                // end at or past `start + wanted`, by bisection.
+                let stop = start + Swift.min(wanted, bytes.readableBytes)
+                var low = taken
+                var high = taken + Swift.min(limit, count) - 1
+                while low < high {
+                    let middle = (low + high) / 2
+                    if Int(ends[middle]) < stop { low = middle + 1 } else { high = middle }
+                }
+                n = low - taken + 1
             }
-            var taken = 0
-            var length = 0
-            while taken < limit, taken < count, length < wanted {
-                length += bytes.wireFrameLength(atOffset: length)
-                taken += 1
-            }
-            count -= taken
-            let front = bytes.readSlice(length: length)!
-            if count > 0, bytes.readerIndex > bytes.writerIndex / 2 {
-                // Most of the storage was taken away: keep only what is left, so that what a chunk keeps alive
-                // stays within a small factor of the bytes counted (each byte is copied O(1) times amortised).
+            taken += n
+            let front = bytes.readSlice(length: Int(ends[taken - 1]) - start)!
+            var copied = 0
+            if count == 0 {
+                ends = []
+                taken = 0
+            } else if compacting, bytes.readerIndex > bytes.writerIndex / 2 {
                 var rest = ByteBufferAllocator().buffer(capacity: bytes.readableBytes)
                 rest.writeImmutableBuffer(bytes)
+                let shift = UInt32(bytes.readerIndex)
+                ends = ends[taken...].map { $0 - shift }
+                taken = 0
+                copied = rest.readableBytes
                 bytes = rest
                 isAppendable = true
+                ownsStorage = true
             }
-            return (front, taken)
+            return (front, n, copied)
         }
     }
 
@@ -66,14 +129,27 @@ struct HeldNotifications {
         var count = 0
         var dropped: UInt64 = 0
 
-        /// Takes notifications from the front of the first chunk (see ``Chunk/takeFront(count:bytes:)``) and
-        /// removes the chunk once it is empty.
-        mutating func takeFront(count limit: Int, bytes wanted: Int) -> (frames: ByteBuffer, count: Int, emptiedChunk: Bool) {
-            let taken = chunks[chunks.startIndex].takeFront(count: limit, bytes: wanted)
+        /// Takes notifications from the front of the first chunk (see ``Chunk/takeFront(count:bytes:compacting:)``)
+        /// and removes the chunk once it is empty.
+        mutating func takeFront(count limit: Int, bytes wanted: Int, compacting: Bool) -> (frames: ByteBuffer, count: Int, copied: Int, emptiedChunk: Bool) {
+            let taken = chunks[chunks.startIndex].takeFront(count: limit, bytes: wanted, compacting: compacting)
             count -= taken.count
-            guard chunks[chunks.startIndex].count == 0 else { return (taken.frames, taken.count, false) }
+            guard chunks[chunks.startIndex].count == 0 else { return (taken.frames, taken.count, taken.copied, false) }
             chunks.removeFirst()
-            return (taken.frames, taken.count, true)
+            return (taken.frames, taken.count, taken.copied, true)
+        }
+
+        /// Whether the first chunk has at most `limit` notifications and `wanted` bytes.
+        func firstChunkFits(count limit: Int, bytes wanted: Int) -> Bool {
+            let first = chunks[chunks.startIndex]
+            return limit >= first.count && wanted >= first.bytes.readableBytes
+        }
+
+        /// Removes the first chunk whole.
+        mutating func removeFirstChunk() -> Chunk {
+            let chunk = chunks.removeFirst()
+            count -= chunk.count
+            return chunk
         }
     }
 
@@ -93,6 +169,10 @@ struct HeldNotifications {
     /// Entries of `order` that are still held.
     private var liveEntries = 0
     private var nextChunkID: UInt64 = 0
+    /// The storage of the last run chunk discarded whole, emptied: the next run held is copied into it. A backlog
+    /// at its bound then cycles through the same memory instead of freeing and allocating (and faulting in) a
+    /// chunk per run.
+    private var spare: (bytes: ByteBuffer, ends: [UInt32])?
     /// `queue` subscriptions whose every held notification was evicted after some were dropped: their
     /// `OVERFLOW` goes out at the next release although no notification of theirs follows.
     private var emptiedWithDrops: Set<UInt32> = []
@@ -104,12 +184,17 @@ struct HeldNotifications {
     private(set) var count = 0
     /// Order entries examined so far (held, skipped, released, compacted): what the complexity tests bound.
     private(set) var entriesTouched = 0
+    /// Held bytes copied again, to compact a chunk most of which was taken: what the eviction tests bound.
+    private(set) var bytesRecopied = 0
+    /// Runs held in newly allocated storage rather than the spare: what the recycling test bounds.
+    private(set) var runStorageAllocations = 0
 
     /// Bytes of storage the held notifications keep alive (what ``bytes`` counts, plus the unused capacity of
-    /// their buffers); O(entries), for tests and introspection.
+    /// their buffers, the chunks' indexes and the spare); O(entries), for tests and introspection.
     var storageBytes: Int {
-        coalesced.values.reduce(0) { $0 + $1.frame.storageCapacity }
-            + queues.values.reduce(0) { total, queue in queue.chunks.reduce(total) { $0 + $1.bytes.storageCapacity } }
+        (spare.map { $0.bytes.capacity + $0.ends.capacity * MemoryLayout<UInt32>.stride } ?? 0)
+            + coalesced.values.reduce(0) { $0 + $1.frame.storageCapacity }
+            + queues.values.reduce(0) { total, queue in queue.chunks.reduce(total) { $0 + $1.storageBytes } }
     }
 
     var isEmpty: Bool { count == 0 && evicted == 0 && emptiedWithDrops.isEmpty }
@@ -151,8 +236,7 @@ struct HeldNotifications {
             {
                 // Nothing was held after this subscription's last chunk: the notification joins it.
                 let position = queues[subscriptionID]!.chunks.index(before: queues[subscriptionID]!.chunks.endIndex)
-                queues[subscriptionID]!.chunks[position].bytes.writeImmutableBuffer(frame)
-                queues[subscriptionID]!.chunks[position].count += 1
+                queues[subscriptionID]!.chunks[position].append(frame)
                 queues[subscriptionID]!.count += 1
                 bytes += frame.readableBytes
                 count += 1
@@ -169,7 +253,9 @@ struct HeldNotifications {
             } else {
                 storage = Self.ownStorage(frame)
             }
-            return (0, holdChunk(storage, count: 1, firstSequence: sequence, limit: Int(limit), subscriptionID: subscriptionID, isAppendable: isAppendable))
+            return (0, holdChunk(
+                Chunk(id: nextChunkID + 1, bytes: storage, count: 1, isAppendable: isAppendable, ownsStorage: isAppendable),
+                firstSequence: sequence, limit: Int(limit), subscriptionID: subscriptionID))
         case .disconnect:
             preconditionFailure("disconnect-policy notifications are never held")
         }
@@ -185,27 +271,41 @@ struct HeldNotifications {
 
     /// Holds consecutive notifications of one `queue` subscription at once.
     ///
-    /// - Parameter frames: `count` frames back to back, in storage that holds nothing else worth keeping
-    ///   (a run's frames copied once for this connection), kept as it is.
+    /// - Parameter frames: `count` frames back to back (a view of a run's buffer), copied once into storage of
+    ///   this table's own.
     /// - Returns: how many notifications the queue's limit pushed out.
     mutating func holdRun(
         _ frames: ByteBuffer, count frameCount: Int, firstSequence: UInt64, limit: UInt32, subscriptionID: UInt32
     ) -> UInt64 {
         assert(order.last.map { $0.sequence < firstSequence } ?? true, "held out of sequence order")
-        return holdChunk(frames, count: frameCount, firstSequence: firstSequence, limit: Int(limit), subscriptionID: subscriptionID, isAppendable: false)
+        var storage: (bytes: ByteBuffer, ends: [UInt32])
+        // The spare only when it is not much larger than the run: its capacity is memory the byte count misses.
+        if let recycled = spare, recycled.bytes.capacity >= frames.readableBytes,
+            recycled.bytes.capacity <= 2 * frames.readableBytes + 1024
+        {
+            spare = nil
+            storage = recycled
+        } else {
+            storage = (ByteBufferAllocator().buffer(capacity: frames.readableBytes), [])
+            runStorageAllocations += 1
+        }
+        storage.bytes.writeImmutableBuffer(frames)
+        return holdChunk(
+            Chunk(id: nextChunkID + 1, bytes: storage.bytes, count: frameCount, isAppendable: false, ownsStorage: true, ends: storage.ends),
+            firstSequence: firstSequence, limit: Int(limit), subscriptionID: subscriptionID)
     }
 
-    private mutating func holdChunk(
-        _ storage: ByteBuffer, count frameCount: Int, firstSequence: UInt64, limit: Int, subscriptionID: UInt32,
-        isAppendable: Bool
-    ) -> UInt64 {
+    /// Holds a chunk made with the next chunk ID.
+    private mutating func holdChunk(_ chunk: Chunk, firstSequence: UInt64, limit: Int, subscriptionID: UInt32) -> UInt64 {
         nextChunkID += 1
-        let chunk = Chunk(id: nextChunkID, bytes: storage, count: frameCount, isAppendable: isAppendable)
+        assert(chunk.id == nextChunkID)
+        let frameCount = chunk.count
+        let size = chunk.bytes.readableBytes
         order.append((firstSequence, .queued(subscriptionID, chunk: chunk.id)))
         // Mutated in place through the subscript: taking the queue out and storing it back copied it.
         queues[subscriptionID, default: Queued(limit: limit)].chunks.append(chunk)
         queues[subscriptionID]!.count += frameCount
-        bytes += storage.readableBytes
+        bytes += size
         count += frameCount
         liveEntries += 1
         if !emptiedWithDrops.isEmpty { emptiedWithDrops.remove(subscriptionID) }
@@ -221,17 +321,36 @@ struct HeldNotifications {
         guard excess > 0 else { return 0 }
         let total = excess
         while excess > 0 {
-            excess -= takeFront(id, count: excess, bytes: .max).count
+            excess -= discardFront(id, count: excess, bytes: .max, compacting: true).count
         }
         queues[id]!.dropped += UInt64(total)
         return UInt64(total)
     }
 
+    /// Drops notifications from the front of a queue and accounts for them: a whole chunk without reading it (its
+    /// storage kept as the spare), else as ``takeFront(_:count:bytes:compacting:)``.
+    private mutating func discardFront(_ id: UInt32, count limit: Int, bytes wanted: Int, compacting: Bool) -> (count: Int, bytes: Int) {
+        guard queues[id]!.firstChunkFits(count: limit, bytes: wanted) else {
+            let taken = takeFront(id, count: limit, bytes: wanted, compacting: compacting)
+            return (taken.count, taken.frames.readableBytes)
+        }
+        let chunk = queues[id]!.removeFirstChunk()
+        let gone = (count: chunk.count, bytes: chunk.bytes.readableBytes)
+        count -= gone.count
+        bytes -= gone.bytes
+        liveEntries -= 1
+        if chunk.ownsStorage, chunk.bytes.capacity > (spare?.bytes.capacity ?? 0) {
+            spare = chunk.emptiedStorage()
+        }
+        return gone
+    }
+
     /// Takes notifications from the front of a queue and accounts for them.
-    private mutating func takeFront(_ id: UInt32, count limit: Int, bytes wanted: Int) -> (frames: ByteBuffer, count: Int) {
-        let taken = queues[id]!.takeFront(count: limit, bytes: wanted)
+    private mutating func takeFront(_ id: UInt32, count limit: Int, bytes wanted: Int, compacting: Bool) -> (frames: ByteBuffer, count: Int) {
+        let taken = queues[id]!.takeFront(count: limit, bytes: wanted, compacting: compacting)
         count -= taken.count
         bytes -= taken.frames.readableBytes
+        bytesRecopied += taken.copied
         if taken.emptiedChunk { liveEntries -= 1 }
         return (taken.frames, taken.count)
     }
@@ -290,9 +409,9 @@ struct HeldNotifications {
                 liveEntries -= 1
                 lost += entry.merged + 1
             case .queued(let id, _):
-                let taken = takeFront(id, count: .max, bytes: wanted - freed)
-                freed += taken.frames.readableBytes
-                lost += UInt64(taken.count)
+                let gone = discardFront(id, count: .max, bytes: wanted - freed, compacting: false)
+                freed += gone.bytes
+                lost += UInt64(gone.count)
                 if queues[id]!.chunks.isEmpty {
                     order.removeFirst()
                     if queues[id]!.dropped > 0 { emptiedWithDrops.insert(id) } else { queues[id] = nil }
@@ -341,7 +460,7 @@ struct HeldNotifications {
                 }
                 // The whole chunk when it fits the budget, else the notifications that do: at least one, also
                 // when the OVERFLOW above used up the budget (it must come right before one of them).
-                let taken = takeFront(id, count: .max, bytes: Swift.max(1, budget - (buffer.writerIndex - start)))
+                let taken = takeFront(id, count: .max, bytes: Swift.max(1, budget - (buffer.writerIndex - start)), compacting: true)
                 buffer.writeImmutableBuffer(taken.frames)
                 if queues[id]!.chunks.isEmpty {
                     order.removeFirst()

@@ -127,16 +127,12 @@ struct PostRun {
         encoded.clear()
     }
 
-    /// The run's frames from the `first`th on, copied into storage of their own: a slow peer holds them
-    /// (one allocation per run rather than one per post) without keeping the reused run buffer, which it would
-    /// copy on its next write.
-    func ownedFrames(from first: Int) -> ByteBuffer {
+    /// The bytes of the run's frames from the `first`th on (a view of the reused run buffer: a slow peer holding
+    /// them copies them, ``HeldNotifications/holdRun(_:count:firstSequence:limit:subscriptionID:)``).
+    func slice(from first: Int) -> ByteBuffer {
         guard first < frames.count, let last = frames.last else { return ByteBuffer() }
         let start = frames[first].offset
-        let length = last.offset + last.length - start
-        var copy = ByteBufferAllocator().buffer(capacity: length)
-        copy.writeImmutableBuffer(encoded.getSlice(at: start, length: length)!)
-        return copy
+        return encoded.getSlice(at: start, length: last.offset + last.length - start)!
     }
 
     /// The bytes of one frame of the run.

@@ -206,6 +206,163 @@ struct HeldNotificationsTests {
         #expect(try Self.releaseAll(&cut) == ["o:3=299", "n:r#300"])
     }
 
+    @Test("frames of mixed sizes: eviction by bytes and releases by budget cut a run exactly between notifications")
+    func mixedSizesCutExactly() throws {
+        var held = HeldNotifications()
+        let sizes = [3, 200, 17, 0, 90, 1_000, 5]
+        var run = ByteBuffer()
+        var lengths: [Int] = []
+        for (index, size) in sizes.enumerated() {
+            var one = Self.frame(UInt64(index + 1), "q", payloadSize: size)
+            lengths.append(one.readableBytes)
+            run.writeBuffer(&one)
+        }
+        _ = held.holdRun(run, count: sizes.count, firstSequence: 1, limit: .max, subscriptionID: 1)
+        // Exactly the first two frames' bytes: two go; one byte more: a third.
+        #expect(held.evictOldest(bytes: lengths[0] + lengths[1]) == 2)
+        #expect(held.evictOldest(bytes: 1) == 1)
+        #expect(held.bytes == lengths[3...].reduce(0, +))
+        var buffer = ByteBuffer()
+        held.release(into: &buffer, budget: 1)
+        #expect(try Self.decoded(buffer) == ["o:0=3"])
+        // One byte more than the fourth frame: the fifth goes too, and no more.
+        var second = ByteBuffer()
+        held.release(into: &second, budget: lengths[3] + 1)
+        #expect(try Self.decoded(second) == ["n:q#4", "n:q#5"])
+        #expect(try Self.releaseAll(&held) == ["n:q#6", "n:q#7"])
+        #expect(held.bytes == 0)
+    }
+
+    @Test("a backlog evicted by its byte bound copies no held byte again, and keeps at most one chunk partly taken")
+    func boundedBacklogIsNotCopiedAgain() throws {
+        var held = HeldNotifications()
+        let bound = 256 * 1024
+        var sequence: UInt64 = 1
+        var lost: UInt64 = 0
+        for round in 0..<2_000 {
+            // Runs of 50–250 frames with payloads of 0–120 bytes, so chunk and eviction boundaries never line up.
+            let count = 50 + (round * 37) % 200
+            var run = ByteBuffer()
+            for k in 0..<count {
+                var one = Self.frame(sequence + UInt64(k), "q", payloadSize: (round + 7 * k) % 121)
+                run.writeBuffer(&one)
+            }
+            lost += held.holdRun(run, count: count, firstSequence: sequence, limit: .max, subscriptionID: 1)
+            sequence += UInt64(count)
+            if held.bytes > bound { lost += held.evictOldest(bytes: held.bytes - bound) }
+            #expect(held.bytes <= bound)
+        }
+        #expect(held.bytesRecopied == 0, "\(held.bytesRecopied) held bytes copied again by eviction")
+        // What the chunks keep alive: the bytes counted, plus the taken front of the one chunk eviction cut.
+        #expect(held.storageBytes <= 2 * (held.bytes + PostRun.byteLimit), "\(held.storageBytes) bytes of storage for \(held.bytes) counted")
+        let released = try Self.releaseAll(&held)
+        #expect(released.first == "o:0=\(lost)")
+        let kept = UInt64(released.count - 1)
+        let newest: [String] = (sequence - kept..<sequence).map { "n:q#\($0)" }
+        #expect(Array(released.dropFirst()) == newest)
+    }
+
+    @Test("a backlog at its byte bound holds each run in the storage of a run it evicted, not in new memory")
+    func boundedBacklogReusesStorage() throws {
+        var held = HeldNotifications()
+        let bound = 256 * 1024
+        for round in UInt64(0)..<1_000 {
+            _ = held.holdRun(Self.run(1 + round * 200, count: 200, "q"), count: 200, firstSequence: 1 + round * 200, limit: .max, subscriptionID: 1)
+            if held.bytes > bound { _ = held.evictOldest(bytes: held.bytes - bound) }
+        }
+        // The first bound's worth of runs (≈ 20) needs storage of its own; after that a run evicted whole leaves
+        // its storage to the next, except when the eviction cut a run in two.
+        #expect(held.runStorageAllocations <= 100, "\(held.runStorageAllocations) runs of 1,000 held in new storage")
+        #expect(held.storageBytes <= 2 * (held.bytes + PostRun.byteLimit), "\(held.storageBytes) bytes of storage for \(held.bytes) counted")
+        #expect(try Self.releaseAll(&held).dropFirst().last == "n:q#200000")
+    }
+
+    /// A deterministic generator (SplitMix64), so that the model test replays the same operations every run.
+    private struct SplitMix: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    @Test("random holds, runs, limits, evictions and budgeted releases of mixed sizes match a plain list of frames")
+    func matchesAPlainModel() throws {
+        var random = SplitMix(state: 13)
+        var held = HeldNotifications()
+        // The model: every held notification (subscription, sequence, frame length), oldest first.
+        var model: [(id: UInt32, sequence: UInt64, length: Int)] = []
+        // Losses: the model's, those the table returned, those its OVERFLOW notices reported.
+        var lost: UInt64 = 0
+        var counted: UInt64 = 0
+        var reported: UInt64 = 0
+        var sequence: UInt64 = 1
+        let limits: [UInt32: UInt32] = [1: 40, 2: 1_000, 3: 7]
+        func enforce(_ id: UInt32) {
+            var excess = model.filter { $0.id == id }.count - Int(limits[id]!)
+            while excess > 0, let index = model.firstIndex(where: { $0.id == id }) {
+                model.remove(at: index)
+                excess -= 1
+                lost += 1
+            }
+        }
+        for step in 0..<3_000 {
+            let id = UInt32.random(in: 1...3, using: &random)
+            switch Int.random(in: 0..<10, using: &random) {
+            case 0..<4:
+                let count = Int.random(in: 2...60, using: &random)
+                var run = ByteBuffer()
+                for k in 0..<count {
+                    var one = Self.frame(sequence + UInt64(k), "q\(id)", payloadSize: Int.random(in: 0...300, using: &random))
+                    model.append((id, sequence + UInt64(k), one.readableBytes))
+                    run.writeBuffer(&one)
+                }
+                counted += held.holdRun(run, count: count, firstSequence: sequence, limit: limits[id]!, subscriptionID: id)
+                sequence += UInt64(count)
+                enforce(id)
+            case 4..<7:
+                let one = Self.frame(sequence, "q\(id)", payloadSize: Int.random(in: 0...300, using: &random))
+                model.append((id, sequence, one.readableBytes))
+                counted += held.hold(one, name: "q\(id)", sequence: sequence, policy: .queue(limit: limits[id]!), subscriptionID: id).dropped
+                sequence += 1
+                enforce(id)
+            case 7, 8:
+                let wanted = Int.random(in: 1...4_000, using: &random)
+                counted += held.evictOldest(bytes: wanted)
+                var freed = 0
+                while freed < wanted, !model.isEmpty {
+                    freed += model.removeFirst().length
+                    lost += 1
+                }
+            default:
+                var buffer = ByteBuffer()
+                held.release(into: &buffer, budget: Int.random(in: 1...6_000, using: &random))
+                for entry in try Self.decoded(buffer) {
+                    if entry.hasPrefix("o:") {
+                        reported += UInt64(entry.split(separator: "=")[1])!
+                    } else {
+                        let expected = model.removeFirst()
+                        #expect(entry == "n:q\(expected.id)#\(expected.sequence)", "step \(step)")
+                    }
+                }
+            }
+            #expect(held.count == model.count, "step \(step)")
+            #expect(counted == lost, "step \(step)")
+            #expect(held.bytes == model.reduce(0) { $0 + $1.length }, "step \(step)")
+            #expect(held.storageBytes <= 2 * held.bytes + 4 * PostRun.byteLimit, "step \(step): \(held.storageBytes) for \(held.bytes)")
+        }
+        var rest: [String] = []
+        for entry in try Self.releaseAll(&held) {
+            if entry.hasPrefix("o:") { reported += UInt64(entry.split(separator: "=")[1])! } else { rest.append(entry) }
+        }
+        #expect(rest == model.map { "n:q\($0.id)#\($0.sequence)" })
+        #expect(reported == lost)
+        #expect(lost > 1_000, "the operations lost only \(lost) notifications")
+    }
+
     @Test("an OVERFLOW that uses up a release's budget is still followed by its subscription's next notification")
     func overflowIsNeverLastInARelease() throws {
         var held = HeldNotifications()
