@@ -549,6 +549,8 @@ class Settings:
         self.seconds = 0.3 if smoke else (1.5 if full else 1.0)
         self.fanout_sizes = [2] if smoke else [1, 4, 16, 64]
         self.repeated_sizes = set() if smoke else {1, 4, 16}
+        # Payload rows with a target of their own (issue 13: 16 KiB) are repeated like the sizes above.
+        self.repeated_payloads = set() if smoke else {16384}
         self.payload_sizes = [] if smoke else [0, 1024, 16384]
         self.payload_fanout = 4
         self.max_posts = 2000 if smoke else 5_000_000
@@ -1138,7 +1140,8 @@ def scenario_fanout(ctx: Context, systems: list[System], results: dict) -> None:
     configs = [(n, 64) for n in s.fanout_sizes] + [(s.payload_fanout, p) for p in s.payload_sizes]
     out = []
     for subscribers, payload in configs:
-        reps = s.fanout_reps if (subscribers in s.repeated_sizes and payload == 64) else 1
+        repeated = (subscribers in s.repeated_sizes and payload == 64) or payload in s.repeated_payloads
+        reps = s.fanout_reps if repeated else 1
         runs: dict[str, list] = {sys_.key: [] for sys_ in systems}
         for rep in range(reps):
             for system in systems:  # interleaved, so drift hits every system alike
