@@ -8,26 +8,26 @@ extension CenterCore {
     /// `false`, having done nothing, when it does not (another name, routing changed, no run, or a layout the
     /// full decoder must judge), and the caller then decodes it and calls ``received(_:on:staging:)``.
     func deliverContinuingRun(_ bytes: UnsafeRawBufferPointer, staging: DeliveryStaging) -> Bool {
-        guard staging.run.isOpen else { return false }
+        guard staging.run.pointee.isOpen else { return false }
         let generation = routingGeneration.load(ordering: .acquiring)
         guard let fields = NotificationFrame.InPlaceFields(fields: bytes),
-            staging.run.continues(name: fields.name, generation: generation)
+            staging.run.pointee.continues(name: fields.name, generation: generation)
         else { return false }
-        let count = staging.run.observers.count
+        let count = staging.run.pointee.observers.count
         guard count > 0 else { return true }
         let notification = ReceivedNotification(
-            name: staging.run.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
+            name: staging.run.pointee.name, storage: staging.storePayload(fields.payload), sequence: fields.sequence,
             sender: SenderCredentials(fields.sender))
         // Lent by the run (no reference counting per notification): safe while nothing an `.immediate` handler can
         // reach opens or closes the run, which only `received` and `deliver` do, on this thread, for the frames
         // after this one. The last observer (usually the only one) takes the notification itself, not a copy.
         for index in 0..<(count - 1) {
-            let observer = staging.run.lentObserver(at: index)
+            let observer = staging.run.pointee.lentObserver(at: index)
             if !observer._withUnsafeGuaranteedRef({ $0.isWaitingForCurrentValue }) {
                 staging.add(notification, for: observer)
             }
         }
-        let last = staging.run.lentObserver(at: count - 1)
+        let last = staging.run.pointee.lentObserver(at: count - 1)
         if !last._withUnsafeGuaranteedRef({ $0.isWaitingForCurrentValue }) {
             staging.add(consume notification, for: last)
         }
@@ -54,7 +54,7 @@ extension CenterCore {
         }
         // The notifications after this one on the same name go to the same observers (their drop counts were
         // just taken; new ones arrive in an OVERFLOW frame, which ends the run).
-        staging.run.open(name: frame.name, generation: generation, observers: targets.lazy.map(\.0))
+        staging.run.pointee.open(name: frame.name, generation: generation, observers: targets.lazy.map(\.0))
         // Moved back, not copied: a second reference would make the buffer reallocate on its next use.
         staging.returnTargetBuffer(consume targets)
     }

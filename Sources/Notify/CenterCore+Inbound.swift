@@ -19,7 +19,7 @@ extension CenterCore {
             staging.flush()
             // An OVERFLOW count must reach the next notification of its subscription, which only the full path
             // attaches; ending the run at any such frame keeps the rule simple.
-            staging.run.close()
+            staging.run.pointee.close()
         }
         switch frame {
         case .notification(let notification):

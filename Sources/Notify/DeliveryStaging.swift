@@ -34,7 +34,6 @@ final class DeliveryStaging {
         /// Scratch space for ``CenterCore`` to collect one notification's observers without allocating per
         /// notification; see ``takeTargetBuffer()``.
         var targetBuffer: [(ObservationCore, UInt64)] = []
-        var run = NotificationRun()
         /// Where this burst's payloads are copied (see ``PayloadBlock``); `nil` until the burst's first payload.
         var payloadBlock: PayloadBlock?
         /// Payload bytes stored in this burst, and in the previous one (which sizes the next block).
@@ -44,9 +43,15 @@ final class DeliveryStaging {
 
     private let state: UnsafeMutablePointer<State>
 
+    /// The name of the last notification read and where it went (see ``NotificationRun``), used in place
+    /// through this pointer for every notification read (the run is not copyable, so nothing copies it).
+    let run: UnsafeMutablePointer<NotificationRun>
+
     init() {
         state = .allocate(capacity: 1)
         state.initialize(to: State())
+        run = .allocate(capacity: 1)
+        run.initialize(to: NotificationRun())
     }
 
     deinit {
@@ -56,13 +61,8 @@ final class DeliveryStaging {
         }
         state.deinitialize(count: 1)
         state.deallocate()
-    }
-
-    /// The name of the last notification read and where it went (see ``NotificationRun``).
-    var run: NotificationRun {
-        // Yielded, not returned: a getter's copy of the run would retain and release its references per use.
-        _read { yield state.pointee.run }
-        _modify { yield &state.pointee.run }
+        run.deinitialize(count: 1)
+        run.deallocate()
     }
 
     /// Copies a notification's payload out of the read buffer into this burst's ``PayloadBlock``.

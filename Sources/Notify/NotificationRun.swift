@@ -10,7 +10,11 @@ import NotifyWire
 /// A run stays valid while the center's routing generation is unchanged (observations added or removed bump
 /// it) and until any frame other than a plain `NOTIFICATION` arrives: an `OVERFLOW` count, for one, must reach
 /// the next notification of its subscription, which only the full path attaches.
-struct NotificationRun {
+///
+/// Not copyable: it is used in place through ``DeliveryStaging/run`` for every notification read, and a copy
+/// (which the optimizer made to call ``continues(name:generation:)`` through a pointer) retains and releases
+/// each of its arrays.
+struct NotificationRun: ~Copyable {
     /// The name as decoded (and so validated) from the run's first notification.
     private(set) var name = ""
     private(set) var nameBytes: [UInt8] = []
