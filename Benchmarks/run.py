@@ -549,7 +549,8 @@ class Settings:
         self.seconds = 0.3 if smoke else (1.5 if full else 1.0)
         self.fanout_sizes = [2] if smoke else [1, 4, 16, 64]
         self.repeated_sizes = set() if smoke else {1, 4, 16}
-        # Payload rows with a target of their own (issue 13: 16 KiB) are repeated like the sizes above.
+        # Payload rows with a target of their own (issue 13: 16 KiB) are repeated like the sizes above (in a full
+        # run: fanout_reps is 1 otherwise).
         self.repeated_payloads = set() if smoke else {16384}
         self.payload_sizes = [] if smoke else [0, 1024, 16384]
         self.payload_fanout = 4

@@ -31,27 +31,31 @@ struct HeldNotifications {
         var bytes: ByteBuffer
         /// Where each notification ends in `bytes` (a writer index), recorded while its bytes were at hand:
         /// taking from the front reads these, not the frames, which by then are long out of the cache (a backlog
-        /// evicted by its byte bound is megabytes old).
+        /// evicted by its byte bound is megabytes old). Four bytes per notification, not counted in
+        /// ``HeldNotifications/bytes`` (an eighth of the smallest frame; ``HeldNotifications/storageBytes``
+        /// counts them).
         private var ends: [UInt32]
         /// Entries of `ends` whose notifications were taken.
         private var taken = 0
-        /// `bytes` is storage this table allocated (not a frame shared with other connections), so later
-        /// notifications may be appended to it in place.
+        /// Later single posts may be appended to `bytes` in place: a single post's chunk, or a compacted one
+        /// (storage this table allocated, sized to what it holds).
         var isAppendable: Bool
         /// `bytes` is storage this table allocated and nothing else refers to: it may be reused once the chunk goes.
         var ownsStorage: Bool
 
+        /// Holds `count` frames that lie back to back in `bytes` and records where each ends.
+        ///
         /// - Parameter ends: an empty array whose capacity may be reused.
-        init(id: UInt64, bytes: ByteBuffer, count: Int, isAppendable: Bool, ownsStorage: Bool, ends: [UInt32] = []) {
+        init(id: UInt64, bytes: consuming ByteBuffer, count: Int, isAppendable: Bool, ownsStorage: Bool, ends: consuming [UInt32] = []) {
             self.id = id
-            self.bytes = bytes
             self.isAppendable = isAppendable
             self.ownsStorage = ownsStorage
-            self.ends = ends
+            self.ends = consume ends
             self.ends.reserveCapacity(count)
-            var end = bytes.readerIndex
+            self.bytes = consume bytes
+            var end = self.bytes.readerIndex
             for _ in 0..<count {
-                end += bytes.wireFrameLength(atOffset: end - bytes.readerIndex)
+                end += self.bytes.wireFrameLength(atOffset: end - self.bytes.readerIndex)
                 self.ends.append(UInt32(end))
             }
         }
@@ -81,9 +85,10 @@ struct HeldNotifications {
         /// - Parameter compacting: copy what is left into storage of its own once most of the storage was taken,
         ///   so that what a chunk keeps alive stays within a small factor of the bytes counted (each byte is
         ///   copied O(1) times amortised). Eviction by the byte bound passes `false`: it takes only from the
-        ///   connection's oldest chunk, so at most one chunk (≤ ``HeldNotifications/chunkByteLimit`` and a run's
-        ///   ``PostRun/byteLimit``) is left partly taken by it, and the rest of that chunk is usually the next to
-        ///   go; copying it would read back bytes long out of the cache.
+        ///   connection's oldest chunk, so at most one chunk (a run: ``PostRun/byteLimit`` and its last frame;
+        ///   or single posts appended up to ``HeldNotifications/chunkByteLimit``) is left partly taken by it,
+        ///   and the rest of that chunk is usually the next to go; copying it would read back bytes long out of
+        ///   the cache.
         mutating func takeFront(count limit: Int, bytes wanted: Int, compacting: Bool) -> (frames: ByteBuffer, count: Int, copied: Int) {
             let start = bytes.readerIndex
             var n = 1
@@ -141,8 +146,7 @@ struct HeldNotifications {
 
         /// Whether the first chunk has at most `limit` notifications and `wanted` bytes.
         func firstChunkFits(count limit: Int, bytes wanted: Int) -> Bool {
-            let first = chunks[chunks.startIndex]
-            return limit >= first.count && wanted >= first.bytes.readableBytes
+            limit >= chunks[chunks.startIndex].count && wanted >= chunks[chunks.startIndex].bytes.readableBytes
         }
 
         /// Removes the first chunk whole.
@@ -169,10 +173,14 @@ struct HeldNotifications {
     /// Entries of `order` that are still held.
     private var liveEntries = 0
     private var nextChunkID: UInt64 = 0
-    /// The storage of the last run chunk discarded whole, emptied: the next run held is copied into it. A backlog
-    /// at its bound then cycles through the same memory instead of freeing and allocating (and faulting in) a
-    /// chunk per run.
-    private var spare: (bytes: ByteBuffer, ends: [UInt32])?
+    /// The storage of the last chunk discarded whole, emptied, when it is no larger than a run's
+    /// (``spareCapacityLimit``): the next run held is copied into it when it fits. A backlog at its bound then
+    /// cycles through the same memory instead of freeing and allocating (and faulting in) a chunk per run.
+    private var spare: ByteBuffer?
+    /// The spare's index, emptied (its capacity kept).
+    private var spareEnds: [UInt32] = []
+    /// Larger storage is freed, not kept as the spare: what the spare keeps alive is not counted in ``bytes``.
+    static let spareCapacityLimit = 2 * PostRun.byteLimit + 1024
     /// `queue` subscriptions whose every held notification was evicted after some were dropped: their
     /// `OVERFLOW` goes out at the next release although no notification of theirs follows.
     private var emptiedWithDrops: Set<UInt32> = []
@@ -188,11 +196,13 @@ struct HeldNotifications {
     private(set) var bytesRecopied = 0
     /// Runs held in newly allocated storage rather than the spare: what the recycling test bounds.
     private(set) var runStorageAllocations = 0
+    /// Runs copied into the spare's own memory (not into a copy of it, which a second reference would force).
+    private(set) var runsHeldInSpare = 0
 
     /// Bytes of storage the held notifications keep alive (what ``bytes`` counts, plus the unused capacity of
     /// their buffers, the chunks' indexes and the spare); O(entries), for tests and introspection.
     var storageBytes: Int {
-        (spare.map { $0.bytes.capacity + $0.ends.capacity * MemoryLayout<UInt32>.stride } ?? 0)
+        (spare?.capacity ?? 0) + spareEnds.capacity * MemoryLayout<UInt32>.stride
             + coalesced.values.reduce(0) { $0 + $1.frame.storageCapacity }
             + queues.values.reduce(0) { total, queue in queue.chunks.reduce(total) { $0 + $1.storageBytes } }
     }
@@ -278,20 +288,25 @@ struct HeldNotifications {
         _ frames: ByteBuffer, count frameCount: Int, firstSequence: UInt64, limit: UInt32, subscriptionID: UInt32
     ) -> UInt64 {
         assert(order.last.map { $0.sequence < firstSequence } ?? true, "held out of sequence order")
-        var storage: (bytes: ByteBuffer, ends: [UInt32])
-        // The spare only when it is not much larger than the run: its capacity is memory the byte count misses.
-        if let recycled = spare, recycled.bytes.capacity >= frames.readableBytes,
-            recycled.bytes.capacity <= 2 * frames.readableBytes + 1024
-        {
-            spare = nil
-            storage = recycled
+        var bytes: ByteBuffer
+        var ends: [UInt32] = []
+        // The spare only when it is not much larger than the run (its capacity is memory the byte count misses);
+        // one that does not fit is freed, not kept for a later run.
+        if let capacity = spare?.capacity, capacity >= frames.readableBytes, capacity <= 2 * frames.readableBytes + 1024 {
+            bytes = spare.take()!
+            swap(&ends, &spareEnds)
+            let base = bytes.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+            bytes.writeImmutableBuffer(frames)
+            if bytes.withUnsafeReadableBytes({ UInt(bitPattern: $0.baseAddress) }) == base { runsHeldInSpare += 1 }
         } else {
-            storage = (ByteBufferAllocator().buffer(capacity: frames.readableBytes), [])
+            spare = nil
+            spareEnds = []
+            bytes = ByteBufferAllocator().buffer(capacity: frames.readableBytes)
             runStorageAllocations += 1
+            bytes.writeImmutableBuffer(frames)
         }
-        storage.bytes.writeImmutableBuffer(frames)
         return holdChunk(
-            Chunk(id: nextChunkID + 1, bytes: storage.bytes, count: frameCount, isAppendable: false, ownsStorage: true, ends: storage.ends),
+            Chunk(id: nextChunkID + 1, bytes: consume bytes, count: frameCount, isAppendable: false, ownsStorage: true, ends: consume ends),
             firstSequence: firstSequence, limit: Int(limit), subscriptionID: subscriptionID)
     }
 
@@ -339,8 +354,8 @@ struct HeldNotifications {
         count -= gone.count
         bytes -= gone.bytes
         liveEntries -= 1
-        if chunk.ownsStorage, chunk.bytes.capacity > (spare?.bytes.capacity ?? 0) {
-            spare = chunk.emptiedStorage()
+        if chunk.ownsStorage, chunk.bytes.capacity <= Self.spareCapacityLimit {
+            (spare, spareEnds) = (consume chunk).emptiedStorage()
         }
         return gone
     }

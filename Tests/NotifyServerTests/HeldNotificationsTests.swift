@@ -233,7 +233,7 @@ struct HeldNotificationsTests {
         #expect(held.bytes == 0)
     }
 
-    @Test("a backlog evicted by its byte bound copies no held byte again, and keeps at most one chunk partly taken")
+    @Test("a backlog evicted by its byte bound copies no held byte again, and its storage follows the bytes counted")
     func boundedBacklogIsNotCopiedAgain() throws {
         var held = HeldNotifications()
         let bound = 256 * 1024
@@ -273,8 +273,32 @@ struct HeldNotificationsTests {
         // The first bound's worth of runs (≈ 20) needs storage of its own; after that a run evicted whole leaves
         // its storage to the next, except when the eviction cut a run in two.
         #expect(held.runStorageAllocations <= 100, "\(held.runStorageAllocations) runs of 1,000 held in new storage")
+        // Into the spare's own memory: a second reference to it would have made the write copy it first.
+        #expect(held.runsHeldInSpare == 1_000 - held.runStorageAllocations)
         #expect(held.storageBytes <= 2 * (held.bytes + PostRun.byteLimit), "\(held.storageBytes) bytes of storage for \(held.bytes) counted")
         #expect(try Self.releaseAll(&held).dropFirst().last == "n:q#200000")
+    }
+
+    @Test("storage dropped whole is kept for the next run only when it is about a run's size, and freed otherwise")
+    func spareIsBounded() throws {
+        var held = HeldNotifications()
+        // A run whose last post is large (a run closes after the frame that crosses its byte limit).
+        var large = Self.run(1, count: 10, "q")
+        var big = Self.frame(11, "q", payloadSize: 200_000)
+        large.writeBuffer(&big)
+        _ = held.holdRun(large, count: 11, firstSequence: 1, limit: .max, subscriptionID: 1)
+        _ = held.evictOldest(bytes: .max)
+        #expect(held.count == 0)
+        #expect(held.storageBytes == 0, "\(held.storageBytes) bytes kept after a 200 KB chunk was dropped")
+
+        // A spare of about a run's size, then a much smaller run: the spare does not fit it and is freed.
+        _ = held.holdRun(Self.run(12, count: 300, "q"), count: 300, firstSequence: 12, limit: .max, subscriptionID: 1)
+        _ = held.evictOldest(bytes: .max)
+        #expect(held.storageBytes > 0, "a run's storage is kept as the spare")
+        let small = Self.run(312, count: 2, "q")
+        _ = held.holdRun(small, count: 2, firstSequence: 312, limit: .max, subscriptionID: 1)
+        #expect(held.storageBytes <= 4 * small.readableBytes + 64, "\(held.storageBytes) bytes for a run of \(small.readableBytes)")
+        #expect(try Self.releaseAll(&held) == ["o:0=311", "n:q#312", "n:q#313"])
     }
 
     /// A deterministic generator (SplitMix64), so that the model test replays the same operations every run.
