@@ -24,9 +24,10 @@ final class DeliveryStaging {
         var expectedCount = 16
     }
 
-    /// Everything the staging changes but the run (``run``, below), behind a pointer: a class's stored properties are checked for exclusive
-    /// access at run time on every use (several per notification), a pointer's memory is not. Confinement to one
-    /// thread, and no access held across a handler call, is what keeps uses apart.
+    /// Everything the staging changes but the run (``run``, below), behind a pointer: a class's stored
+    /// properties are checked for exclusive access at run time on every use (several per notification), a
+    /// pointer's memory is not. Confinement to one thread, and no access held across a handler call, is what
+    /// keeps uses apart.
     private struct State {
         var slots: [Slot] = []
         /// Slots holding a staged batch, in the order their observation's first notification of the burst arrived.

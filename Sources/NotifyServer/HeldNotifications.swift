@@ -112,18 +112,26 @@ struct HeldNotifications {
             if count == 0 {
                 ends = []
                 taken = 0
-            } else if compacting, bytes.readerIndex > bytes.writerIndex / 2 {
-                var rest = ByteBufferAllocator().buffer(capacity: bytes.readableBytes)
-                rest.writeImmutableBuffer(bytes)
-                let shift = UInt32(bytes.readerIndex)
-                ends = ends[taken...].map { $0 - shift }
-                taken = 0
-                copied = rest.readableBytes
-                bytes = rest
-                isAppendable = true
-                ownsStorage = true
+            } else if compacting {
+                copied = compactIfMostlyTaken()
             }
             return (front, n, copied)
+        }
+
+        /// Copies what is left into storage of its own when most of the storage was taken.
+        ///
+        /// - Returns: the bytes copied.
+        mutating func compactIfMostlyTaken() -> Int {
+            guard count > 0, bytes.readerIndex > bytes.writerIndex / 2 else { return 0 }
+            var rest = ByteBufferAllocator().buffer(capacity: bytes.readableBytes)
+            rest.writeImmutableBuffer(bytes)
+            let shift = UInt32(bytes.readerIndex)
+            ends = ends[taken...].map { $0 - shift }
+            taken = 0
+            bytes = rest
+            isAppendable = true
+            ownsStorage = true
+            return bytes.readableBytes
         }
     }
 
@@ -147,6 +155,11 @@ struct HeldNotifications {
         /// Whether the first chunk has at most `limit` notifications and `wanted` bytes.
         func firstChunkFits(count limit: Int, bytes wanted: Int) -> Bool {
             limit >= chunks[chunks.startIndex].count && wanted >= chunks[chunks.startIndex].bytes.readableBytes
+        }
+
+        /// Compacts the first chunk if most of it was taken (see ``Chunk/compactIfMostlyTaken()``).
+        mutating func compactFirstChunk() -> Int {
+            chunks.isEmpty ? 0 : chunks[chunks.startIndex].compactIfMostlyTaken()
         }
 
         /// Removes the first chunk whole.
@@ -173,9 +186,10 @@ struct HeldNotifications {
     /// Entries of `order` that are still held.
     private var liveEntries = 0
     private var nextChunkID: UInt64 = 0
-    /// The storage of the last chunk discarded whole, emptied, when it is no larger than a run's
-    /// (``spareCapacityLimit``): the next run held is copied into it when it fits. A backlog at its bound then
-    /// cycles through the same memory instead of freeing and allocating (and faulting in) a chunk per run.
+    /// The storage of the last chunk this table allocated and discarded whole, emptied, when it is at most
+    /// ``spareCapacityLimit`` and the bytes still held cover it: the next run held is copied into it when it fits,
+    /// else it is freed. A backlog at its bound then cycles through the same memory instead of freeing and
+    /// allocating (and faulting in) a chunk per run.
     private var spare: ByteBuffer?
     /// The spare's index, emptied (its capacity kept).
     private var spareEnds: [UInt32] = []
@@ -354,7 +368,8 @@ struct HeldNotifications {
         count -= gone.count
         bytes -= gone.bytes
         liveEntries -= 1
-        if chunk.ownsStorage, chunk.bytes.capacity <= Self.spareCapacityLimit {
+        // Kept only while the bytes still held cover it: what is not counted stays within what is.
+        if chunk.ownsStorage, chunk.bytes.capacity <= Self.spareCapacityLimit, chunk.bytes.capacity <= bytes {
             (spare, spareEnds) = (consume chunk).emptiedStorage()
         }
         return gone
@@ -434,7 +449,22 @@ struct HeldNotifications {
             }
         }
         evicted += lost
+        if bytes < Self.spareCapacityLimit { keepUncountedWithinCounted() }
         return lost
+    }
+
+    /// Eviction by the byte bound leaves the oldest chunk's taken front in place and keeps a spare, neither of
+    /// them counted in ``bytes``: fine while a backlog of at least a run's size is held, not once eviction (a
+    /// user's quota, say) has taken nearly everything. Then the spare goes and the oldest chunk is compacted,
+    /// so that what is not counted stays within what is.
+    private mutating func keepUncountedWithinCounted() {
+        if let capacity = spare?.capacity, capacity > bytes {
+            spare = nil
+            spareEnds = []
+        }
+        skipSuperseded()
+        guard let oldest = order.first, case .queued(let id, _) = oldest.slot else { return }
+        bytesRecopied += queues[id]!.compactFirstChunk()
     }
 
     /// Moves held notifications, oldest first, into `buffer` while fewer than `budget` bytes were written.

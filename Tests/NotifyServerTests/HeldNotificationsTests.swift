@@ -291,14 +291,33 @@ struct HeldNotificationsTests {
         #expect(held.count == 0)
         #expect(held.storageBytes == 0, "\(held.storageBytes) bytes kept after a 200 KB chunk was dropped")
 
-        // A spare of about a run's size, then a much smaller run: the spare does not fit it and is freed.
-        _ = held.holdRun(Self.run(12, count: 300, "q"), count: 300, firstSequence: 12, limit: .max, subscriptionID: 1)
-        _ = held.evictOldest(bytes: .max)
-        #expect(held.storageBytes > 0, "a run's storage is kept as the spare")
-        let small = Self.run(312, count: 2, "q")
-        _ = held.holdRun(small, count: 2, firstSequence: 312, limit: .max, subscriptionID: 1)
-        #expect(held.storageBytes <= 4 * small.readableBytes + 64, "\(held.storageBytes) bytes for a run of \(small.readableBytes)")
-        #expect(try Self.releaseAll(&held) == ["o:0=311", "n:q#312", "n:q#313"])
+        // Three runs of ≈ 18 KB; the first evicted whole leaves its storage as the spare, which a much smaller
+        // run does not fit: it is freed, not kept for later.
+        var sequence: UInt64 = 12
+        for _ in 0..<3 {
+            _ = held.holdRun(Self.run(sequence, count: 300, "q"), count: 300, firstSequence: sequence, limit: .max, subscriptionID: 1)
+            sequence += 300
+        }
+        _ = held.evictOldest(bytes: Self.run(12, count: 300, "q").readableBytes)
+        let withSpare = held.storageBytes
+        _ = held.holdRun(Self.run(sequence, count: 2, "q"), count: 2, firstSequence: sequence, limit: .max, subscriptionID: 1)
+        #expect(held.storageBytes < withSpare, "\(held.storageBytes) bytes of storage after a small run, \(withSpare) before")
+        #expect(held.storageBytes <= 2 * held.bytes, "\(held.storageBytes) bytes of storage for \(held.bytes) counted")
+        #expect(held.count == 602)
+    }
+
+    @Test("eviction that leaves little held (a user's quota) leaves no uncounted memory beyond what is counted")
+    func nearlyEmptiedBacklogIsCompacted() throws {
+        var held = HeldNotifications()
+        for round in UInt64(0)..<20 {
+            _ = held.holdRun(Self.run(1 + round * 200, count: 200, "q"), count: 200, firstSequence: 1 + round * 200, limit: .max, subscriptionID: 1)
+        }
+        _ = held.evictOldest(bytes: held.bytes / 2)
+        // All but about three notifications, cutting the last chunk: its taken front and the spare must not stay.
+        _ = held.evictOldest(bytes: held.bytes - 3 * Self.frame(1, "q").readableBytes)
+        #expect(held.count == 3)
+        #expect(held.storageBytes <= 2 * held.bytes + 64, "\(held.storageBytes) bytes of storage for \(held.bytes) counted")
+        #expect(try Self.releaseAll(&held).dropFirst() == ["n:q#3998", "n:q#3999", "n:q#4000"])
     }
 
     /// A deterministic generator (SplitMix64), so that the model test replays the same operations every run.
