@@ -10,7 +10,7 @@ import NotifyWire
 /// nothing else was held after it). Holding and releasing a run then costs a copy of its bytes and a few
 /// entries, not a few entries per notification, so a connection that fell behind is not also the one that
 /// costs the most. A chunk records where each of its notifications ends, so taking part of it (a queue's limit, the
-/// byte bound, a release's budget) reads that index, never the held frames again; a chunk dropped whole leaves
+/// byte bound, a release's budget) reads that index, never the held frames again; a chunk dropped whole may leave
 /// its storage to the next run held, so a backlog kept at its bound cycles through the same memory.
 ///
 /// Holding, evicting and releasing cost O(1) amortised per notification whatever the backlog: notifications
@@ -88,7 +88,8 @@ struct HeldNotifications {
         ///   connection's oldest chunk, so at most one chunk (a run: ``PostRun/byteLimit`` and its last frame;
         ///   or single posts appended up to ``HeldNotifications/chunkByteLimit``) is left partly taken by it,
         ///   and the rest of that chunk is usually the next to go; copying it would read back bytes long out of
-        ///   the cache.
+        ///   the cache. Once few bytes are held that chunk is compacted after all
+        ///   (``HeldNotifications/keepUncountedWithinCounted()``).
         mutating func takeFront(count limit: Int, bytes wanted: Int, compacting: Bool) -> (frames: ByteBuffer, count: Int, copied: Int) {
             let start = bytes.readerIndex
             var n = 1
@@ -186,10 +187,11 @@ struct HeldNotifications {
     /// Entries of `order` that are still held.
     private var liveEntries = 0
     private var nextChunkID: UInt64 = 0
-    /// The storage of the last chunk this table allocated and discarded whole, emptied, when it is at most
-    /// ``spareCapacityLimit`` and the bytes still held cover it: the next run held is copied into it when it fits,
-    /// else it is freed. A backlog at its bound then cycles through the same memory instead of freeing and
-    /// allocating (and faulting in) a chunk per run.
+    /// Storage of a chunk this table allocated and discarded whole, emptied: the last such chunk that was at most
+    /// ``spareCapacityLimit`` while the bytes still held covered it. The next run held is copied into it when it
+    /// fits, else it is freed; it is freed too once fewer bytes are held than it holds (see
+    /// ``keepUncountedWithinCounted()``). A backlog at its bound then cycles through the same memory instead of
+    /// freeing and allocating (and faulting in) a chunk per run.
     private var spare: ByteBuffer?
     /// The spare's index, emptied (its capacity kept).
     private var spareEnds: [UInt32] = []
@@ -233,6 +235,7 @@ struct HeldNotifications {
         alsoMerged: UInt64 = 0
     ) -> (merged: UInt64, dropped: UInt64) {
         assert(order.last.map { $0.sequence < sequence } ?? true, "held out of sequence order")
+        defer { keepUncountedWithinCounted() }
         switch policy {
         case .coalesce:
             let frame = Self.ownStorage(frame)
@@ -302,6 +305,7 @@ struct HeldNotifications {
         _ frames: ByteBuffer, count frameCount: Int, firstSequence: UInt64, limit: UInt32, subscriptionID: UInt32
     ) -> UInt64 {
         assert(order.last.map { $0.sequence < firstSequence } ?? true, "held out of sequence order")
+        defer { keepUncountedWithinCounted() }
         var bytes: ByteBuffer
         var ends: [UInt32] = []
         // The spare only when it is not much larger than the run (its capacity is memory the byte count misses);
@@ -357,7 +361,7 @@ struct HeldNotifications {
     }
 
     /// Drops notifications from the front of a queue and accounts for them: a whole chunk without reading it (its
-    /// storage kept as the spare), else as ``takeFront(_:count:bytes:compacting:)``.
+    /// storage possibly kept as the spare), else as ``takeFront(_:count:bytes:compacting:)``.
     private mutating func discardFront(_ id: UInt32, count limit: Int, bytes wanted: Int, compacting: Bool) -> (count: Int, bytes: Int) {
         guard queues[id]!.firstChunkFits(count: limit, bytes: wanted) else {
             let taken = takeFront(id, count: limit, bytes: wanted, compacting: compacting)
@@ -449,15 +453,17 @@ struct HeldNotifications {
             }
         }
         evicted += lost
-        if bytes < Self.spareCapacityLimit { keepUncountedWithinCounted() }
+        keepUncountedWithinCounted()
         return lost
     }
 
-    /// Eviction by the byte bound leaves the oldest chunk's taken front in place and keeps a spare, neither of
-    /// them counted in ``bytes``: fine while a backlog of at least a run's size is held, not once eviction (a
-    /// user's quota, say) has taken nearly everything. Then the spare goes and the oldest chunk is compacted,
-    /// so that what is not counted stays within what is.
+    /// Eviction by the byte bound leaves the oldest chunk's taken front in place and a spare may be kept, neither
+    /// of them counted in ``bytes``: fine while at least ``spareCapacityLimit`` bytes are held, not once fewer are
+    /// (eviction by a user's quota, a limit, a release or a smaller coalesced frame took the rest). Then a spare
+    /// larger than what is held goes and the oldest chunk is compacted, so that what is not counted stays within
+    /// what is. Run after every operation that changes ``bytes``; one comparison unless few bytes are held.
     private mutating func keepUncountedWithinCounted() {
+        guard bytes < Self.spareCapacityLimit else { return }
         if let capacity = spare?.capacity, capacity > bytes {
             spare = nil
             spareEnds = []
@@ -471,6 +477,7 @@ struct HeldNotifications {
     /// `OVERFLOW` notices precede the notifications that follow a loss; coalesced notifications that absorbed
     /// others go out as `NOTIFICATION_MERGED`.
     mutating func release(into buffer: inout ByteBuffer, budget: Int) {
+        defer { keepUncountedWithinCounted() }
         let start = buffer.writerIndex
         if evicted > 0 {
             ServerFrame.overflow(subscriptionID: 0, droppedCount: evicted).encode(into: &buffer)

@@ -320,6 +320,24 @@ struct HeldNotificationsTests {
         #expect(try Self.releaseAll(&held).dropFirst() == ["n:q#3998", "n:q#3999", "n:q#4000"])
     }
 
+    @Test("a spare kept while much was held is freed once a release leaves less held than it holds")
+    func spareDoesNotOutliveTheBacklog() throws {
+        var held = HeldNotifications()
+        var sequence: UInt64 = 1
+        for _ in 0..<3 {
+            _ = held.holdRun(Self.run(sequence, count: 300, "q"), count: 300, firstSequence: sequence, limit: .max, subscriptionID: 1)
+            sequence += 300
+        }
+        // The first run evicted whole: its storage becomes the spare (the other two runs cover it).
+        _ = held.evictOldest(bytes: Self.run(1, count: 300, "q").readableBytes)
+        let withSpare = held.storageBytes
+        // A release leaves two notifications held.
+        var buffer = ByteBuffer()
+        held.release(into: &buffer, budget: held.bytes - 2 * Self.frame(1, "q").readableBytes)
+        #expect(held.count == 2)
+        #expect(held.storageBytes <= 2 * held.bytes + 64, "\(held.storageBytes) bytes of storage for \(held.bytes) counted (\(withSpare) before the release)")
+    }
+
     /// A deterministic generator (SplitMix64), so that the model test replays the same operations every run.
     private struct SplitMix: RandomNumberGenerator {
         var state: UInt64
