@@ -63,6 +63,11 @@ struct HeldNotifications {
         /// Notifications still held.
         var count: Int { ends.count - taken }
 
+        /// Whether taking up to `limit` notifications and `wanted` bytes takes the whole chunk.
+        func fitsWhole(count limit: Int, bytes wanted: Int) -> Bool {
+            limit >= count && wanted >= bytes.readableBytes
+        }
+
         /// Bytes of storage the chunk keeps alive: its buffer and its index.
         var storageBytes: Int { bytes.storageCapacity + ends.capacity * MemoryLayout<UInt32>.stride }
 
@@ -93,7 +98,7 @@ struct HeldNotifications {
         mutating func takeFront(count limit: Int, bytes wanted: Int, compacting: Bool) -> (frames: ByteBuffer, count: Int, copied: Int) {
             let start = bytes.readerIndex
             var n = 1
-            if limit >= count, wanted >= bytes.readableBytes {
+            if fitsWhole(count: limit, bytes: wanted) {
                 n = count
             } else {
                 // The fewest notifications (at least one, at most `limit`) whose bytes reach `wanted`: the first
@@ -155,7 +160,7 @@ struct HeldNotifications {
 
         /// Whether the first chunk has at most `limit` notifications and `wanted` bytes.
         func firstChunkFits(count limit: Int, bytes wanted: Int) -> Bool {
-            limit >= chunks[chunks.startIndex].count && wanted >= chunks[chunks.startIndex].bytes.readableBytes
+            chunks[chunks.startIndex].fitsWhole(count: limit, bytes: wanted)
         }
 
         /// Compacts the first chunk if most of it was taken (see ``Chunk/compactIfMostlyTaken()``).

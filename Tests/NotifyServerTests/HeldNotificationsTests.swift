@@ -137,6 +137,18 @@ struct HeldNotificationsTests {
         return buffer
     }
 
+    /// Holds `runs` runs of `count` notifications of subscription 1 ("q", no limit), sequences from `first` on;
+    /// returns the next sequence.
+    @discardableResult
+    private static func holdRuns(_ held: inout HeldNotifications, from first: UInt64, runs: Int, of count: Int) -> UInt64 {
+        var sequence = first
+        for _ in 0..<runs {
+            _ = held.holdRun(Self.run(sequence, count: count, "q"), count: count, firstSequence: sequence, limit: .max, subscriptionID: 1)
+            sequence += UInt64(count)
+        }
+        return sequence
+    }
+
     @Test("a run is held as one entry and released in order, split where the budget ends, between others' notifications")
     func runsHeldAsOneChunk() throws {
         var held = HeldNotifications()
@@ -293,11 +305,7 @@ struct HeldNotificationsTests {
 
         // Three runs of ≈ 18 KB; the first evicted whole leaves its storage as the spare, which a much smaller
         // run does not fit: it is freed, not kept for later.
-        var sequence: UInt64 = 12
-        for _ in 0..<3 {
-            _ = held.holdRun(Self.run(sequence, count: 300, "q"), count: 300, firstSequence: sequence, limit: .max, subscriptionID: 1)
-            sequence += 300
-        }
+        let sequence = Self.holdRuns(&held, from: 12, runs: 3, of: 300)
         _ = held.evictOldest(bytes: Self.run(12, count: 300, "q").readableBytes)
         let withSpare = held.storageBytes
         _ = held.holdRun(Self.run(sequence, count: 2, "q"), count: 2, firstSequence: sequence, limit: .max, subscriptionID: 1)
@@ -309,9 +317,7 @@ struct HeldNotificationsTests {
     @Test("eviction that leaves little held (a user's quota) leaves no uncounted memory beyond what is counted")
     func nearlyEmptiedBacklogIsCompacted() throws {
         var held = HeldNotifications()
-        for round in UInt64(0)..<20 {
-            _ = held.holdRun(Self.run(1 + round * 200, count: 200, "q"), count: 200, firstSequence: 1 + round * 200, limit: .max, subscriptionID: 1)
-        }
+        Self.holdRuns(&held, from: 1, runs: 20, of: 200)
         _ = held.evictOldest(bytes: held.bytes / 2)
         // All but about three notifications, cutting the last chunk: its taken front and the spare must not stay.
         _ = held.evictOldest(bytes: held.bytes - 3 * Self.frame(1, "q").readableBytes)
@@ -323,11 +329,7 @@ struct HeldNotificationsTests {
     @Test("a spare kept while much was held is freed once a release leaves less held than it holds")
     func spareDoesNotOutliveTheBacklog() throws {
         var held = HeldNotifications()
-        var sequence: UInt64 = 1
-        for _ in 0..<3 {
-            _ = held.holdRun(Self.run(sequence, count: 300, "q"), count: 300, firstSequence: sequence, limit: .max, subscriptionID: 1)
-            sequence += 300
-        }
+        Self.holdRuns(&held, from: 1, runs: 3, of: 300)
         // The first run evicted whole: its storage becomes the spare (the other two runs cover it).
         _ = held.evictOldest(bytes: Self.run(1, count: 300, "q").readableBytes)
         let withSpare = held.storageBytes
