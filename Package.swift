@@ -157,10 +157,15 @@ let package = Package(
         ),
         // What the test targets share (modelled on hummingbird's HummingbirdTesting): the one raw protocol client,
         // in-process server, credential switcher and timeout helper. A regular target, so its API is `package`.
+        // How the tests start child processes (posix_spawn with GNU file actions; see SpawnedProcess.swift).
+        .target(
+            name: "CNotifyTestSpawn",
+            path: "Tests/CNotifyTestSpawn"
+        ),
         .target(
             name: "NotifyTestSupport",
             dependencies: [
-                "NotifyServer", "NotifyWire",
+                "NotifyServer", "NotifyWire", "CNotifyTestSpawn",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -79,70 +79,52 @@ final class PipedNotifyctl: Sendable {
     private let readEnd: Locked<Int32?>
     /// Bytes read from stdout after the last full line returned.
     private let stdoutBuffer = Locked<[UInt8]>([])
-    /// Kept so that the termination handler stays registered for the child's whole life.
-    private let process: Process
+    private let process: SpawnedProcess
 
     /// Starts `notifyctl arguments`. With `.closed`, stdout's pipe has no reader from the first instruction on, so
     /// the very first line notifyctl writes fails with EPIPE, whatever the timing.
     init(_ arguments: [String], reader: Reader) throws {
-        var descriptors: [Int32] = [-1, -1]
-        guard pipe(&descriptors) == 0 else { throw TestFailure("pipe failed: \(String(cString: strerror(errno)))") }
-        // Close-on-exec: no child may hold a read end (the kernel would then see a reader). Glibc's module has no
-        // pipe2; the integration tests run one at a time, so hardly any spawn can fall between these two calls.
-        for descriptor in descriptors { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
-        let (readDescriptor, writeDescriptor) = (descriptors[0], descriptors[1])
-        if reader == .closed { close(readDescriptor) }
-        let readEnd = Locked<Int32?>(reader == .open ? readDescriptor : nil)
+        // Close-on-exec, and every spawn closes what it does not pass on: no child may hold a read end (the kernel
+        // would then see a reader).
+        let stdout = try SpawnedProcess.makePipe()
+        if reader == .closed { close(stdout.read) }
+        let readEnd = Locked<Int32?>(reader == .open ? stdout.read : nil)
         let state = Locked(State())
         self.readEnd = readEnd
         self.state = state
-
-        let process = Process()
-        process.executableURL = try BuildProducts.url(of: .notifyctl)
-        process.arguments = arguments
-        process.standardInput = FileHandle.nullDevice
-        let writeHandle = FileHandle(fileDescriptor: writeDescriptor, closeOnDealloc: true)
-        process.standardOutput = writeHandle
-        let stderr = Pipe()
-        process.standardError = stderr
-        process.terminationHandler = { process in
-            let termination: ChildProcess.Termination =
-                process.terminationReason == .exit
-                ? .exited(process.terminationStatus) : .signaled(process.terminationStatus)
-            state.withLock { $0.termination = termination }
-        }
         commandLine = (["notifyctl"] + arguments).joined(separator: " ")
-        defer { try? writeHandle.close() }  // from here on only the child holds the write end
+        let stderr: (read: Int32, write: Int32)
         do {
-            try process.run()
+            stderr = try SpawnedProcess.makePipe()
+        } catch {
+            close(stdout.write)
+            if let descriptor = readEnd.withLock({ $0 }) { close(descriptor) }
+            throw error
+        }
+        // From here on only the child holds the write ends.
+        defer {
+            close(stdout.write)
+            close(stderr.write)
+        }
+        do {
+            process = try SpawnedProcess(
+                executable: try BuildProducts.url(of: .notifyctl).path, arguments: arguments,
+                standardOutput: stdout.write, standardError: stderr.write,
+                exited: { termination in state.withLock { $0.termination = termination } })
         } catch {
             if let descriptor = readEnd.withLock({ $0 }) { close(descriptor) }
+            close(stderr.read)
             throw TestFailure("cannot start \(commandLine): \(error)")
         }
-        self.process = process
-        pid = process.processIdentifier
-
-        let handle = stderr.fileHandleForReading
+        pid = process.pid
         Thread {
-            let descriptor = handle.fileDescriptor
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            while true {
-                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-                if count > 0 {
-                    state.withLock { $0.stderr.append(buffer[0..<count]) }
-                } else if count < 0 && errno == EINTR {
-                    continue
-                } else {
-                    state.withLock { $0.stderr.close() }
-                    break
-                }
-            }
-            try? handle.close()
+            SpawnedProcess.readToEnd(stderr.read) { bytes in state.withLock { $0.stderr.append(bytes) } }
+            state.withLock { $0.stderr.close() }
         }.start()
     }
 
     deinit {
-        if state.withLock({ $0.termination == nil }) { kill(pid, SIGKILL) }
+        process.send(SIGKILL)
         closeReader()
     }
 

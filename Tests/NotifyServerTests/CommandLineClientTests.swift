@@ -111,28 +111,14 @@ struct CommandRun: CustomStringConvertible {
             try await withCheckedThrowingContinuation { continuation in
                 let thread = Thread {
                     continuation.resume(with: Result {
-                        let process = Process()
-                        process.executableURL = CredentialSwitch.setprivURL
-                        process.arguments = full
-                        let out = Pipe()
-                        let err = Pipe()
-                        process.standardInput = FileHandle.nullDevice
-                        process.standardOutput = out
-                        process.standardError = err
                         let started = Date()
-                        try process.run()
-                        // Read both pipes to the end (on two threads, so neither can fill up and block the child).
-                        let errorText = Mutex("")
-                        let errorReader = Thread {
-                            let data = err.fileHandleForReading.readDataToEndOfFile()
-                            errorText.withLock { $0 = String(decoding: data, as: UTF8.self) }
+                        let run = try SpawnedProcess.run(executable: CredentialSwitch.setprivURL.path, arguments: full)
+                        let status: Int32 = switch run.termination {
+                        case .exited(let status), .signaled(let status): status
                         }
-                        errorReader.start()
-                        let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                        process.waitUntilExit()
-                        while errorReader.isExecuting || !errorReader.isFinished { usleep(1_000) }
                         return CommandRun(
-                            status: process.terminationStatus, stdout: output, stderr: errorText.withLock { $0 },
+                            status: status, stdout: String(decoding: run.stdout, as: UTF8.self),
+                            stderr: String(decoding: run.stderr, as: UTF8.self),
                             seconds: Date().timeIntervalSince(started), commandLine: commandLine)
                     })
                 }

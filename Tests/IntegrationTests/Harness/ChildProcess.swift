@@ -12,17 +12,7 @@ import NotifyTestSupport
 /// recent output. Waits poll the collected state; correctness never depends on how long a poll sleeps.
 final class ChildProcess: Sendable, CustomStringConvertible {
     /// How a process ended.
-    enum Termination: Sendable, Hashable, CustomStringConvertible {
-        case exited(Int32)
-        case signaled(Int32)
-
-        var description: String {
-            switch self {
-            case .exited(let status): "exited with status \(status)"
-            case .signaled(let signal): "killed by signal \(signal)"
-            }
-        }
-    }
+    typealias Termination = ChildTermination
 
     enum Stream: Sendable {
         case stdout
@@ -78,66 +68,54 @@ final class ChildProcess: Sendable, CustomStringConvertible {
     let commandLine: String
     let pid: Int32
     private let box: Box
-    private let process: Process
+    private let process: SpawnedProcess
 
     /// Starts `executable` with `arguments`; stdin is `/dev/null`.
     init(executable: URL, arguments: [String], environment: [String: String]? = nil) throws {
         let box = Box()
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        if let environment { process.environment = environment }
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = stdout
-        process.standardError = stderr
-        process.terminationHandler = { process in
-            let termination: Termination =
-                process.terminationReason == .exit
-                ? .exited(process.terminationStatus) : .signaled(process.terminationStatus)
-            box.state.withLock { $0.termination = termination }
-        }
         let commandLine = ([executable.lastPathComponent] + arguments).joined(separator: " ")
+        let stdout = try SpawnedProcess.makePipe()
+        let stderr: (read: Int32, write: Int32)
         do {
-            try process.run()
+            stderr = try SpawnedProcess.makePipe()
         } catch {
+            close(stdout.read)
+            close(stdout.write)
+            throw error
+        }
+        // From here on only the child holds the write ends, so each reader sees end-of-file when the child is gone.
+        defer {
+            close(stdout.write)
+            close(stderr.write)
+        }
+        do {
+            process = try SpawnedProcess(
+                executable: executable.path, arguments: arguments, environment: environment,
+                standardOutput: stdout.write, standardError: stderr.write,
+                exited: { termination in box.state.withLock { $0.termination = termination } })
+        } catch {
+            close(stdout.read)
+            close(stderr.read)
             throw TestFailure("cannot start \(commandLine): \(error)")
         }
-        Self.startReader(stdout.fileHandleForReading, .stdout, box)
-        Self.startReader(stderr.fileHandleForReading, .stderr, box)
+        Self.startReader(stdout.read, .stdout, box)
+        Self.startReader(stderr.read, .stderr, box)
         self.box = box
-        self.process = process
-        self.pid = process.processIdentifier
+        self.pid = process.pid
         self.commandLine = commandLine
     }
 
     deinit {
         // Never leave a child behind, whatever happened in the test.
-        if box.state.withLock({ $0.termination == nil }) {
-            kill(pid, SIGKILL)
-        }
+        process.send(SIGKILL)
     }
 
     /// Reads a pipe on a thread of its own until end-of-file (blocking reads stay off the test's executors).
-    private static func startReader(_ handle: FileHandle, _ stream: Stream, _ box: Box) {
-        let thread = Thread {
-            let descriptor = handle.fileDescriptor
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            while true {
-                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-                if count > 0 {
-                    box.state.withLock { $0[stream].append(buffer[0..<count]) }
-                } else if count < 0 && errno == EINTR {
-                    continue
-                } else {
-                    box.state.withLock { $0[stream].close() }
-                    break
-                }
-            }
-            try? handle.close()
-        }
-        thread.start()
+    private static func startReader(_ descriptor: Int32, _ stream: Stream, _ box: Box) {
+        Thread {
+            SpawnedProcess.readToEnd(descriptor) { bytes in box.state.withLock { $0[stream].append(bytes) } }
+            box.state.withLock { $0[stream].close() }
+        }.start()
     }
 
     // MARK: Reading the collected state
@@ -176,9 +154,7 @@ final class ChildProcess: Sendable, CustomStringConvertible {
 
     /// Sends `signal` unless the process has already been reaped.
     func send(_ signal: Int32) {
-        box.state.withLock { state in
-            if state.termination == nil { kill(pid, signal) }
-        }
+        process.send(signal)
     }
 
     // MARK: Waiting

@@ -62,16 +62,8 @@ extension IntegrationScope {
 /// Whether the installed `notifyd` has a `--config PATH` option.
 let notifydHasConfigOption: Bool = {
     guard let url = try? BuildProducts.url(of: .notifyd) else { return false }
-    let process = Process()
-    process.executableURL = url
-    process.arguments = ["--help"]
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    guard (try? process.run()) != nil else { return false }
-    let output = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return String(decoding: output, as: UTF8.self).contains("--config")
+    guard let output = try? SpawnedProcess.run(executable: url.path, arguments: ["--help"]) else { return false }
+    return String(decoding: output.stdout + output.stderr, as: UTF8.self).contains("--config")
 }()
 
 /// Whether this test process was built with ThreadSanitizer (then so were the tools it runs).
