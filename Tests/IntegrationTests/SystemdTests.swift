@@ -23,11 +23,9 @@ extension Integration {
                 let notifyd = try BuildProducts.url(of: .notifyd)
                 // systemd-socket-activate binds and listens, then execs notifyd (same pid) on the first connection,
                 // passing LISTEN_FDS/LISTEN_PID; -E passes our variables (it clears the rest of the environment).
-                // It runs as the foreground child of a shell: systemd-socket-activate closes every inherited file
-                // descriptor, including the one Foundation's Process watches to notice a child's exit, after which
-                // Foundation blocks in waitpid() on it and reaps no other child (notifyctl would never seem to exit);
-                // the shell keeps that descriptor open until it really exits. (A background job with `wait $!` was
-                // never reaped by the shell under this harness; the foreground form is reliable.)
+                // It runs as the foreground child of a shell, which exits with its status. (The shell was first
+                // needed by Foundation's Process, whose exit watching broke when systemd-socket-activate closed every
+                // inherited descriptor; SpawnedProcess waits by pid, so now it is only a wrapper.)
                 let activator = try scope.launchProcess(
                     URL(fileURLWithPath: "/bin/sh"),
                     [

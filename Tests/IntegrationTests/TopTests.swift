@@ -20,24 +20,6 @@ extension Integration {
             return result.stdoutLines.joined(separator: "\n")
         }
 
-        /// Runs `program` with its standard streams on /dev/null and returns its wait status.
-        static func spawnAndWait(_ program: String, _ arguments: [String]) throws -> Int32 {
-            var actions = posix_spawn_file_actions_t()
-            posix_spawn_file_actions_init(&actions)
-            defer { posix_spawn_file_actions_destroy(&actions) }
-            for descriptor: Int32 in 0...2 {
-                posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
-            }
-            let argv = ([program] + arguments).map { strdup($0) } + [nil]
-            defer { for pointer in argv { free(pointer) } }
-            var pid: pid_t = 0
-            let spawned = posix_spawn(&pid, program, &actions, nil, argv, environ)
-            guard spawned == 0 else { throw TestFailure("cannot run \(program): errno \(spawned)") }
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0, errno == EINTR {}
-            return status
-        }
-
         @Test("a subscriber that stops reading rises to the top; q quits and gives the terminal back")
         func stoppedSubscriberRises() async throws {
             try await withIntegrationScope { scope in
@@ -49,13 +31,14 @@ extension Integration {
                 _ = try await quiet.hello()
                 try await quiet.subscribe("top.flood", id: 1)
                 // The tmux server outlives this command, so it must get no pipe of the harness's to hold open:
-                // spawned with /dev/null for its standard streams, and waited for with waitpid.
+                // spawned with /dev/null for its standard streams.
                 let tmux = try SystemdEnvironment.program("tmux").path
-                let status = try Self.spawnAndWait(
-                    tmux, ["-S", server, "new-session", "-d", "-x", "160", "-y", "40",
-                           "\(notifyctl) top --socket \(socket) --interval 0.2"])
-                #expect(status == 0, "tmux new-session exited with \(status)")
-                defer { _ = try? Process.run(try SystemdEnvironment.program("tmux"), arguments: ["-S", server, "kill-server"]) }
+                let started = try SpawnedProcess.runDiscardingOutput(
+                    executable: tmux,
+                    arguments: ["-S", server, "new-session", "-d", "-x", "160", "-y", "40",
+                                "\(notifyctl) top --socket \(socket) --interval 0.2"])
+                #expect(started == .exited(0), "tmux new-session \(started)")
+                defer { _ = try? SpawnedProcess.runDiscardingOutput(executable: tmux, arguments: ["-S", server, "kill-server"]) }
                 _ = try await poll("top to draw its first screen", timeout: 20) { () async throws -> Bool? in
                     try await Self.tmux(scope, server, ["capture-pane", "-p"]).contains("FURTHEST BEHIND") ? true : nil
                 }

@@ -115,6 +115,7 @@ struct CommandRun: CustomStringConvertible {
                         let run = try SpawnedProcess.run(executable: CredentialSwitch.setprivURL.path, arguments: full)
                         let status: Int32 = switch run.termination {
                         case .exited(let status), .signaled(let status): status
+                        case .unknown: -1
                         }
                         return CommandRun(
                             status: status, stdout: String(decoding: run.stdout, as: UTF8.self),

@@ -1,16 +1,15 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 import CNotifyTestSpawn
 import Foundation
+import Glibc
 import NIOConcurrencyHelpers
 
 /// How a child process ended.
 package enum ChildTermination: Sendable, Hashable, CustomStringConvertible {
     case exited(Int32)
     case signaled(Int32)
+    /// The test process could not wait for the child (`waitpid(2)` failed with this error number): its end is
+    /// unknown, never taken for a success.
+    case unknown(errno: Int32)
 
     /// The status `waitpid(2)` reported, decoded (what the `WIFEXITED` family of macros, not imported, would say).
     init(waitStatus status: Int32) {
@@ -21,6 +20,7 @@ package enum ChildTermination: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .exited(let status): "exited with status \(status)"
         case .signaled(let signal): "killed by signal \(signal)"
+        case .unknown(let error): "not waited for (waitpid: \(String(cString: strerror(error))))"
         }
     }
 }
@@ -43,7 +43,8 @@ package final class SpawnedProcess: Sendable {
 
     /// Starts `executable` with `arguments` (the program's name is added as `argv[0]`) and `environment` (`nil`:
     /// this process's), standard input on `/dev/null` or `standardInput`, standard output and error on the given
-    /// descriptors (which the caller still owns and closes), and nothing else of this process open.
+    /// descriptors (which the caller still owns and closes; each above 2, since they are moved into place in
+    /// order), nothing else of this process open, every signal at its default, and a process group of its own.
     ///
     /// - Parameter exited: called once, on the reaping thread, when the child has ended and been reaped.
     package init(
@@ -77,8 +78,9 @@ package final class SpawnedProcess: Sendable {
             while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR {}
             let termination = reaped.withLockedValue { reaped in
                 var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-                reaped = ChildTermination(waitStatus: status)
+                var result: pid_t
+                repeat { result = waitpid(pid, &status, 0) } while result < 0 && errno == EINTR
+                reaped = result == pid ? ChildTermination(waitStatus: status) : .unknown(errno: errno)
                 return reaped!
             }
             exited(termination)
@@ -120,6 +122,20 @@ package final class SpawnedProcess: Sendable {
         close(descriptor)
     }
 
+    /// Runs `executable` to its end with its standard streams on `/dev/null`, blocking the calling thread: for a
+    /// program that leaves something running which must hold no pipe of the test's (a daemon it starts).
+    package static func runDiscardingOutput(executable: String, arguments: [String]) throws(TestFailure) -> ChildTermination {
+        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        guard null >= 0 else { throw TestFailure("cannot open /dev/null: \(String(cString: strerror(errno)))") }
+        defer { close(null) }
+        let ended = DispatchSemaphore(value: 0)
+        let child = try SpawnedProcess(
+            executable: executable, arguments: arguments, standardOutput: null, standardError: null,
+            exited: { _ in ended.signal() })
+        ended.wait()
+        return child.termination!
+    }
+
     /// Runs `executable` to its end, blocking the calling thread: its termination, standard output and standard
     /// error (each read on a thread of its own, so that neither pipe can fill up and stop the child).
     package static func run(
@@ -147,6 +163,7 @@ package final class SpawnedProcess: Sendable {
                     finished.leave()
                 })
         } catch {
+            finished.leave()
             for descriptor in [output.read, output.write, errors.read, errors.write] { close(descriptor) }
             throw error
         }
