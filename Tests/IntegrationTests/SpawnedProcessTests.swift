@@ -19,11 +19,11 @@ extension Integration {
             var limit = rlimit()
             try #require(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0)
             if limit.rlim_cur < 4_096, limit.rlim_max > limit.rlim_cur {
-                limit.rlim_cur = min(limit.rlim_max, 4_096)
+                limit.rlim_cur = min(limit.rlim_max, 4_096)  // what the other suites open meanwhile needs room too
                 _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
                 _ = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
             }
-            try #require(limit.rlim_cur >= 4_096, "the test needs a descriptor limit of 4,096 (ulimit -n: \(limit.rlim_cur))")
+            try #require(limit.rlim_cur >= 2_048, "the test needs a descriptor limit of 2,048 (ulimit -n: \(limit.rlim_cur))")
             var held: [Int32] = []
             defer { for descriptor in held { close(descriptor) } }
             for _ in 0..<1_400 {
@@ -59,12 +59,7 @@ extension Integration {
                 #expect("\(error)".contains("/nonexistent/program: No such file or directory"), "\(error)")
             }
 
-            let ended = DispatchSemaphore(value: 0)
-            let child = try SpawnedProcess(
-                executable: "/bin/true", arguments: [], standardOutput: 2, standardError: 2,
-                exited: { _ in ended.signal() })
-            #expect(ended.wait(timeout: .now() + 20) == .success, "/bin/true did not end within 20 s")
-            #expect(child.termination == .exited(0))
+            #expect(try SpawnedProcess.runDiscardingOutput(executable: "/bin/true", arguments: []) == .exited(0))
         }
 
         @Test("a child starts as from a shell: every signal at its default, none blocked, in a process group of its own")

@@ -113,8 +113,10 @@ struct CommandRun: CustomStringConvertible {
                     continuation.resume(with: Result {
                         let started = Date()
                         let run = try SpawnedProcess.run(executable: CredentialSwitch.setprivURL.path, arguments: full)
+                        // As a shell reports it: 128 + the signal for a killed process.
                         let status: Int32 = switch run.termination {
-                        case .exited(let status), .signaled(let status): status
+                        case .exited(let status): status
+                        case .signaled(let signal): 128 + signal
                         case .unknown: -1
                         }
                         return CommandRun(

@@ -124,16 +124,34 @@ package final class SpawnedProcess: Sendable {
 
     /// Runs `executable` to its end with its standard streams on `/dev/null`, blocking the calling thread: for a
     /// program that leaves something running which must hold no pipe of the test's (a daemon it starts).
-    package static func runDiscardingOutput(executable: String, arguments: [String]) throws(TestFailure) -> ChildTermination {
-        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
-        guard null >= 0 else { throw TestFailure("cannot open /dev/null: \(String(cString: strerror(errno)))") }
+    ///
+    /// - Throws: if it cannot start, or has not ended after `timeout` seconds (it is then killed).
+    package static func runDiscardingOutput(
+        executable: String, arguments: [String], timeout: Double = 20
+    ) throws(TestFailure) -> ChildTermination {
+        let null = try nullDevice()
         defer { close(null) }
         let ended = DispatchSemaphore(value: 0)
         let child = try SpawnedProcess(
             executable: executable, arguments: arguments, standardOutput: null, standardError: null,
             exited: { _ in ended.signal() })
-        ended.wait()
+        guard ended.wait(timeout: .now() + timeout) == .success else {
+            child.send(SIGKILL)
+            throw TestFailure("\(executable) \(arguments.joined(separator: " ")) did not end within \(timeout) s")
+        }
         return child.termination!
+    }
+
+    /// `/dev/null` open for writing, close-on-exec, on a descriptor above 2 (a test process may run with one of its
+    /// standard descriptors closed, and a child's are moved into place in order).
+    package static func nullDevice() throws(TestFailure) -> Int32 {
+        let opened = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        guard opened >= 0 else { throw TestFailure("cannot open /dev/null: \(String(cString: strerror(errno)))") }
+        guard opened <= 2 else { return opened }
+        defer { close(opened) }
+        let moved = fcntl(opened, F_DUPFD_CLOEXEC, 3)
+        guard moved >= 0 else { throw TestFailure("cannot move /dev/null above 2: \(String(cString: strerror(errno)))") }
+        return moved
     }
 
     /// Runs `executable` to its end, blocking the calling thread: its termination, standard output and standard

@@ -8,9 +8,8 @@ import NotifyTestSupport
 
 // Many connections at once, held by another process.
 //
-// The test process itself stays well below ~1,360 open descriptors: past that, Foundation's Process.run
-// (swift-corelibs-foundation 6.3.1, `findMaximumOpenFromProcSelfFD`) can copy a /proc/self/fd entry's name past
-// the end of glibc's 32 KiB readdir buffer and crash, in whichever test starts a process at that moment.
+// Held by another process, so that the test process's own descriptors (shared by every suite running at the same
+// time) do not grow by thousands.
 
 extension IntegrationScope {
     /// Opens `count` connections to the daemon from a Python process (as `identity`, through setpriv), each past
