@@ -93,32 +93,21 @@ final class PipedNotifyctl: Sendable {
         self.readEnd = readEnd
         self.state = state
         commandLine = (["notifyctl"] + arguments).joined(separator: " ")
-        let stderr: (read: Int32, write: Int32)
+        // From here on only the child holds the write end.
+        defer { close(stdout.write) }
+        let stderr: Int32
         do {
-            stderr = try SpawnedProcess.makePipe()
-        } catch {
-            close(stdout.write)
-            if let descriptor = readEnd.withLock({ $0 }) { close(descriptor) }
-            throw error
-        }
-        // From here on only the child holds the write ends.
-        defer {
-            close(stdout.write)
-            close(stderr.write)
-        }
-        do {
-            process = try SpawnedProcess(
+            (process, _, stderr) = try SpawnedProcess.startPiped(
                 executable: try BuildProducts.url(of: .notifyctl).path, arguments: arguments,
-                standardOutput: stdout.write, standardError: stderr.write,
+                standardOutput: stdout.write,
                 exited: { termination in state.withLock { $0.termination = termination } })
         } catch {
             if let descriptor = readEnd.withLock({ $0 }) { close(descriptor) }
-            close(stderr.read)
             throw TestFailure("cannot start \(commandLine): \(error)")
         }
         pid = process.pid
         Thread {
-            SpawnedProcess.readToEnd(stderr.read) { bytes in state.withLock { $0.stderr.append(bytes) } }
+            SpawnedProcess.readToEnd(stderr) { bytes in state.withLock { $0.stderr.append(bytes) } }
             state.withLock { $0.stderr.close() }
         }.start()
     }

@@ -154,47 +154,64 @@ package final class SpawnedProcess: Sendable {
         return moved
     }
 
+    /// Starts `executable` with its standard error, and its standard output unless `standardOutput` is given, on
+    /// new pipes: the child and the pipes' read ends, which the caller reads and closes. Only the child holds the
+    /// write ends once this returns, so each read ends when the child (and what it started) is gone.
+    package static func startPiped(
+        executable: String, arguments: [String], environment: [String: String]? = nil, standardOutput: Int32? = nil,
+        exited: @escaping @Sendable (ChildTermination) -> Void
+    ) throws(TestFailure) -> (child: SpawnedProcess, stdout: Int32?, stderr: Int32) {
+        var output: (read: Int32, write: Int32)?
+        if standardOutput == nil { output = try makePipe() }
+        let errors: (read: Int32, write: Int32)
+        do {
+            errors = try makePipe()
+        } catch {
+            if let output { for descriptor in [output.read, output.write] { close(descriptor) } }
+            throw error
+        }
+        defer {
+            if let output { close(output.write) }
+            close(errors.write)
+        }
+        do {
+            let child = try SpawnedProcess(
+                executable: executable, arguments: arguments, environment: environment,
+                standardOutput: output?.write ?? standardOutput!, standardError: errors.write, exited: exited)
+            return (child, output?.read, errors.read)
+        } catch {
+            if let output { close(output.read) }
+            close(errors.read)
+            throw error
+        }
+    }
+
     /// Runs `executable` to its end, blocking the calling thread: its termination, standard output and standard
     /// error (each read on a thread of its own, so that neither pipe can fill up and stop the child).
     package static func run(
         executable: String, arguments: [String], environment: [String: String]? = nil
     ) throws(TestFailure) -> (termination: ChildTermination, stdout: [UInt8], stderr: [UInt8]) {
-        let output = try makePipe()
-        let errors: (read: Int32, write: Int32)
-        do {
-            errors = try makePipe()
-        } catch {
-            close(output.read)
-            close(output.write)
-            throw error
-        }
         let collected = NIOLockedValueBox((stdout: [UInt8](), stderr: [UInt8](), termination: ChildTermination?.none))
         let finished = DispatchGroup()
-        let child: SpawnedProcess
+        finished.enter()
+        let started: (child: SpawnedProcess, stdout: Int32?, stderr: Int32)
         do {
-            finished.enter()
-            child = try SpawnedProcess(
+            started = try startPiped(
                 executable: executable, arguments: arguments, environment: environment,
-                standardOutput: output.write, standardError: errors.write,
                 exited: { termination in
                     collected.withLockedValue { $0.termination = termination }
                     finished.leave()
                 })
         } catch {
             finished.leave()
-            for descriptor in [output.read, output.write, errors.read, errors.write] { close(descriptor) }
             throw error
         }
-        _ = child
-        // Only the child holds the write ends now: each read ends when the child (and what it started) is gone.
-        close(output.write)
-        close(errors.write)
         finished.enter()
         Thread {
-            readToEnd(errors.read) { bytes in collected.withLockedValue { $0.stderr += bytes } }
+            readToEnd(started.stderr) { bytes in collected.withLockedValue { $0.stderr += bytes } }
             finished.leave()
         }.start()
-        readToEnd(output.read) { bytes in collected.withLockedValue { $0.stdout += bytes } }
+        readToEnd(started.stdout!) { bytes in collected.withLockedValue { $0.stdout += bytes } }
         finished.wait()
         return collected.withLockedValue { ($0.termination!, $0.stdout, $0.stderr) }
     }

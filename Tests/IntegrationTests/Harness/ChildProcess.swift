@@ -74,32 +74,17 @@ final class ChildProcess: Sendable, CustomStringConvertible {
     init(executable: URL, arguments: [String], environment: [String: String]? = nil) throws {
         let box = Box()
         let commandLine = ([executable.lastPathComponent] + arguments).joined(separator: " ")
-        let stdout = try SpawnedProcess.makePipe()
-        let stderr: (read: Int32, write: Int32)
+        let started: (child: SpawnedProcess, stdout: Int32?, stderr: Int32)
         do {
-            stderr = try SpawnedProcess.makePipe()
-        } catch {
-            close(stdout.read)
-            close(stdout.write)
-            throw error
-        }
-        // From here on only the child holds the write ends, so each reader sees end-of-file when the child is gone.
-        defer {
-            close(stdout.write)
-            close(stderr.write)
-        }
-        do {
-            process = try SpawnedProcess(
+            started = try SpawnedProcess.startPiped(
                 executable: executable.path, arguments: arguments, environment: environment,
-                standardOutput: stdout.write, standardError: stderr.write,
                 exited: { termination in box.state.withLock { $0.termination = termination } })
         } catch {
-            close(stdout.read)
-            close(stderr.read)
             throw TestFailure("cannot start \(commandLine): \(error)")
         }
-        Self.startReader(stdout.read, .stdout, box)
-        Self.startReader(stderr.read, .stderr, box)
+        process = started.child
+        Self.startReader(started.stdout!, .stdout, box)
+        Self.startReader(started.stderr, .stderr, box)
         self.box = box
         self.pid = process.pid
         self.commandLine = commandLine
