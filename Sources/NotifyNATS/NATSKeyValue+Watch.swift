@@ -14,8 +14,9 @@ package enum NATSKeyValueWatchEvent: Equatable, Sendable {
 /// A running watch of a key-value bucket: iterate it for ``NATSKeyValueWatchEvent``s, in stream order.
 ///
 /// The watch survives lost connections and server restarts: its server-side consumer is recreated to start after
-/// the last revision delivered, so no change is skipped or delivered twice. It ends with an error when the client
-/// is closed (``NATSClientError/closed``) or the bucket disappears (``NATSKeyValueError/bucketNotFound(_:)``).
+/// the last revision delivered, so no change still in the bucket is skipped and none is delivered twice. It ends
+/// with an error when the client is closed (``NATSClientError/closed``) or the bucket disappears
+/// (``NATSKeyValueError/bucketNotFound(_:)``).
 /// Call ``stop()`` (or cancel the task that iterates) to end it; merely leaving a `for` loop does not.
 package struct NATSKeyValueWatch: AsyncSequence, Sendable {
     /// The events.
@@ -42,7 +43,9 @@ package struct NATSKeyValueWatch: AsyncSequence, Sendable {
 extension NATSKeyValue {
     /// Watches the keys matching `keys` (`*` and a final `>` are wildcards): first the current entry of each
     /// (deleted ones included, as ``NATSKeyValueEntry/Operation/delete`` entries), then
-    /// ``NATSKeyValueWatchEvent/initialValuesDone``, then every change, in stream order.
+    /// ``NATSKeyValueWatchEvent/initialValuesDone``, then every change, in stream order. A value the bucket
+    /// replaced before the watch received it is skipped, as with the official clients: the bucket keeps one entry
+    /// per key, so a watch behind its writers sees the newer value (with its revision) instead.
     ///
     /// The watch is an ordered push consumer, as the official clients make it: memory-only, no acknowledgements,
     /// flow control answered and idle heartbeats every 5 s. A gap in its consumer sequence, a heartbeat naming
