@@ -208,7 +208,10 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "NotifyBridgeTests", dependencies: ["NotifyBridge", "NotifyNATS"]),
+        .testTarget(
+            name: "NotifyBridgeTests",
+            dependencies: ["NotifyBridge", "NotifyNATS", .product(name: "NIOCore", package: "swift-nio")]
+        ),
         .testTarget(
             name: "NotifySystemdTests",
             dependencies: ["NotifySystemd", "NotifyTestSupport", .product(name: "Logging", package: "swift-log")]

@@ -20,7 +20,8 @@ enum MirroredValue: Sendable {
 /// decimal text, a retained notification as its payload; the origin in the `Notifyd-Origin-*` headers), the latest
 /// per key, in the order the keys changed. Imported names: the bucket's entries are applied locally, first every
 /// current one (so the bucket decides what a starting host holds), then each change, one at a time in the order
-/// ``MirrorLedger`` decided them, so hosts that write one name at once converge on the bucket's last entry. What
+/// ``MirrorLedger`` decided them, so hosts that write one name at once converge on the bucket's last entry (a
+/// bridge running behind sees only the last of a key's quick changes: the bucket keeps one entry per key). What
 /// the bridge sets or posts is not sent back to it (`HELLO`'s no-echo), so nothing loops. When the local daemon
 /// restarts (its values gone) or the watch fails, the mirror starts over from the bucket's current entries.
 final class BucketMirror: Sendable {
@@ -62,7 +63,7 @@ final class BucketMirror: Sendable {
     /// posted again.
     private let localRetained = NIOLockedValueBox<[String: PostIdentity]>([:])
     /// What the bucket is known to hold per key (acknowledged puts, entries seen): putting the same again is skipped.
-    private let bucketValues = NIOLockedValueBox<[String: ByteBuffer]>([:])
+    private let bucketValues = NIOLockedValueBox(BucketValueCache())
     /// Puts waiting: the latest per key, keys in the order they first waited. Bounded by the number of names.
     private let waiting = NIOLockedValueBox(OrderedDictionary<String, Put>())
     private let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
@@ -131,6 +132,8 @@ final class BucketMirror: Sendable {
     private func session(_ kv: NATSKeyValue, startExporting: Bool, afterRestart: Bool) async -> Bool {
         // The daemon lost everything: every entry applies again, this host's own last puts included.
         if afterRestart { ledger.withLockedValue { $0 = MirrorLedger() } }
+        // The watch delivers every current entry again, at the revisions of this bucket (perhaps a recreated one).
+        bucketValues.withLockedValue { $0.removeAll() }
         restoringOwn.withLockedValue { $0 = afterRestart }
         return await withTaskGroup(of: Bool.self) { group in
             let initialValuesDone = AsyncStream<Void>.makeStream()
@@ -237,7 +240,7 @@ final class BucketMirror: Sendable {
             counters.bump(.bucketInvalid)
             return
         }
-        bucketValues.withLockedValue { $0[entry.key] = entry.value }
+        bucketValues.withLockedValue { $0.record(entry.key, revision: entry.revision, bytes: entry.value) }
         guard isImported(name) else { return }
         let origin = Origin(headers: entry.headers)
         // This process's own put, stored even if its acknowledgement was lost: the local value is at least as new.
@@ -361,7 +364,7 @@ final class BucketMirror: Sendable {
                 for await _ in wake.stream { break }
                 continue
             }
-            if bucketValues.withLockedValue({ $0[key] }) == put.bytes, put.kind == .state || put.skipIfSamePost {
+            if bucketValues.withLockedValue({ $0.holds(key, bytes: put.bytes) }), put.kind == .state || put.skipIfSamePost {
                 continue
             }
             if put.skipIfSamePost, let held = try? await kv.get(key), let origin = Origin(headers: held.headers),
@@ -375,8 +378,9 @@ final class BucketMirror: Sendable {
                 var headers = put.origin.headers
                 // JetStream refuses the put when the key has a value already (the expected last sequence).
                 if put.onlyIfAbsent { headers.append("Nats-Expected-Last-Subject-Sequence", "0") }
-                revision = try await kv.put(key, value: put.bytes, headers: headers)
-                bucketValues.withLockedValue { $0[key] = put.bytes }
+                let stored = try await kv.put(key, value: put.bytes, headers: headers)
+                revision = stored
+                bucketValues.withLockedValue { $0.record(key, revision: stored, bytes: put.bytes) }
                 counters.bump(put.kind == .state ? .stateExported : .retainedExported)
             } catch {
                 if !put.onlyIfAbsent {
