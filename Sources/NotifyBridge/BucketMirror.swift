@@ -21,7 +21,7 @@ enum MirroredValue: Sendable {
 /// per key, in the order the keys changed. Imported names: the bucket's entries are applied locally, first every
 /// current one (so the bucket decides what a starting host holds), then each change, one at a time in the order
 /// ``MirrorLedger`` decided them, so hosts that write one name at once converge on the bucket's last entry (a
-/// bridge running behind sees only the last of a key's quick changes: the bucket keeps one entry per key). What
+/// bridge running behind may see only the last of a key's quick changes, which a bucket of history 1 keeps). What
 /// the bridge sets or posts is not sent back to it (`HELLO`'s no-echo), so nothing loops. When the local daemon
 /// restarts (its values gone) or the watch fails, the mirror starts over from the bucket's current entries.
 final class BucketMirror: Sendable {
@@ -114,6 +114,8 @@ final class BucketMirror: Sendable {
                 restarted = watching
                 if Task.isCancelled { break }
                 if watching { delay = .milliseconds(100) } else {
+                    // The bucket may have been deleted and created again: its revisions start over.
+                    bucketValues.withLockedValue { $0.startOver() }
                     counters.bump(.bucketWatchRestarts)
                     try? await Task.sleep(for: delay)
                     delay = min(delay * 2, .seconds(5))
@@ -132,8 +134,6 @@ final class BucketMirror: Sendable {
     private func session(_ kv: NATSKeyValue, startExporting: Bool, afterRestart: Bool) async -> Bool {
         // The daemon lost everything: every entry applies again, this host's own last puts included.
         if afterRestart { ledger.withLockedValue { $0 = MirrorLedger() } }
-        // The watch delivers every current entry again, at the revisions of this bucket (perhaps a recreated one).
-        bucketValues.withLockedValue { $0.removeAll() }
         restoringOwn.withLockedValue { $0 = afterRestart }
         return await withTaskGroup(of: Bool.self) { group in
             let initialValuesDone = AsyncStream<Void>.makeStream()
@@ -235,12 +235,16 @@ final class BucketMirror: Sendable {
     }
 
     private func importEntry(_ entry: NATSKeyValueEntry) {
+        bucketValues.withLockedValue {
+            $0.record(
+                entry.key, revision: entry.revision, bytes: entry.operation == .put ? entry.value : nil,
+                generation: $0.generation)
+        }
         guard entry.operation == .put else { return }
         guard let (kind, name) = BucketKey.parse(entry.key), !name.hasPrefix("self.") else {
             counters.bump(.bucketInvalid)
             return
         }
-        bucketValues.withLockedValue { $0.record(entry.key, revision: entry.revision, bytes: entry.value) }
         guard isImported(name) else { return }
         let origin = Origin(headers: entry.headers)
         // This process's own put, stored even if its acknowledgement was lost: the local value is at least as new.
@@ -364,9 +368,8 @@ final class BucketMirror: Sendable {
                 for await _ in wake.stream { break }
                 continue
             }
-            if bucketValues.withLockedValue({ $0.holds(key, bytes: put.bytes) }), put.kind == .state || put.skipIfSamePost {
-                continue
-            }
+            let (held, generation) = bucketValues.withLockedValue { ($0.holds(key, bytes: put.bytes), $0.generation) }
+            if held, put.kind == .state || put.skipIfSamePost { continue }
             if put.skipIfSamePost, let held = try? await kv.get(key), let origin = Origin(headers: held.headers),
                 origin.host == put.origin.host, origin.sequence == put.origin.sequence
             {
@@ -380,7 +383,9 @@ final class BucketMirror: Sendable {
                 if put.onlyIfAbsent { headers.append("Nats-Expected-Last-Subject-Sequence", "0") }
                 let stored = try await kv.put(key, value: put.bytes, headers: headers)
                 revision = stored
-                bucketValues.withLockedValue { $0.record(key, revision: stored, bytes: put.bytes) }
+                bucketValues.withLockedValue {
+                    $0.record(key, revision: stored, bytes: put.bytes, generation: generation)
+                }
                 counters.bump(put.kind == .state ? .stateExported : .retainedExported)
             } catch {
                 if !put.onlyIfAbsent {

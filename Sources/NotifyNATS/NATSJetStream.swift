@@ -82,6 +82,9 @@ package struct NATSJetStream: Sendable {
     /// What `STREAM.INFO` and `STREAM.CREATE` answer (the parts used).
     package struct StreamInfo: Decodable, Sendable {
         package var config: StreamConfig
+        /// When the stream was created (the server's timestamp, as sent): a stream deleted and created again under
+        /// the same name has another.
+        package var created: String?
     }
 
     /// An ephemeral push consumer's configuration.

@@ -16,7 +16,8 @@ package enum NATSKeyValueWatchEvent: Equatable, Sendable {
 /// The watch survives lost connections and server restarts: its server-side consumer is recreated to start after
 /// the last revision delivered, so no change still in the bucket is skipped and none is delivered twice. It ends
 /// with an error when the client is closed (``NATSClientError/closed``) or the bucket disappears
-/// (``NATSKeyValueError/bucketNotFound(_:)``).
+/// (``NATSKeyValueError/bucketNotFound(_:)``), also when it was deleted and created again before the watch
+/// noticed (the new bucket's revisions start over, so the watch cannot go on from its last one).
 /// Call ``stop()`` (or cancel the task that iterates) to end it; merely leaving a `for` loop does not.
 package struct NATSKeyValueWatch: AsyncSequence, Sendable {
     /// The events.
@@ -71,6 +72,8 @@ final class NATSKeyValueWatcher: Sendable {
 
     private struct State {
         var sequencer = NATSKeyValueWatchSequencer()
+        /// When the bucket's stream was created, as the first consumer found it.
+        var streamCreated: String?
         var subscription: NATSClient.Subscription?
         var consumer: String?
         var stopped = false
@@ -164,6 +167,7 @@ final class NATSKeyValueWatcher: Sendable {
         }
         guard let (generation, start, old) = begun else { return }
         retire(subscription: old.subscription, consumer: old.consumer)
+        try await checkStreamIsTheSame()
         let subscription = try client.subscribe(inbox) { [weak self] message in
             self?.received(message, generation: generation)
         }
@@ -229,6 +233,8 @@ final class NATSKeyValueWatcher: Sendable {
                 return
             } catch NATSClientError.closed {
                 return finish(throwing: NATSClientError.closed)
+            } catch let error as NATSKeyValueError {
+                return finish(throwing: error)
             } catch let error as NATSJetStreamAPIError where error.errorCode == NATSJetStreamAPIError.streamNotFound {
                 return finish(throwing: NATSKeyValueError.bucketNotFound(keyValue.bucket))
             } catch {
@@ -238,6 +244,20 @@ final class NATSKeyValueWatcher: Sendable {
                 delay = min(delay * 2, .seconds(2))
             }
         }
+    }
+
+    /// Throws ``NATSKeyValueError/bucketNotFound(_:)`` if the bucket's stream is not the one the watch began on (it
+    /// was deleted and created again meanwhile).
+    private func checkStreamIsTheSame() async throws {
+        guard let created = try await keyValue.jetStream.streamInfo(keyValue.streamName).created else { return }
+        let replaced = state.withLockedValue { state -> Bool in
+            guard let known = state.streamCreated else {
+                state.streamCreated = created
+                return false
+            }
+            return known != created
+        }
+        if replaced { throw NATSKeyValueError.bucketNotFound(keyValue.bucket) }
     }
 
     private func retire(subscription: NATSClient.Subscription?, consumer: String?) {

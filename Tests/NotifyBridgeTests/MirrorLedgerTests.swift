@@ -1,4 +1,3 @@
-import NIOCore
 import NotifyBridge
 import Testing
 
@@ -62,25 +61,5 @@ struct MirrorLedgerTests {
         #expect(r15 == nil, "one still in flight")
         let r16 = ledger.didPut("state.a", revision: nil)
         #expect(r16 == 30, "the second failed: the entry after our first applies")
-    }
-}
-
-@Suite("What the bridge knows the bucket holds")
-struct BucketValueCacheTests {
-    @Test("another host's older entry, delivered after this host's put was acknowledged, does not replace it")
-    func olderEntryDoesNotReplace() {
-        var cache = BucketValueCache()
-        let mine = ByteBuffer(string: "X")
-        let theirs = ByteBuffer(string: "Y")
-        cache.record("state.a", revision: 10, bytes: mine)
-        cache.record("state.a", revision: 9, bytes: theirs)
-        #expect(cache.holds("state.a", bytes: mine))
-        #expect(!cache.holds("state.a", bytes: theirs), "a put of Y would be skipped while the bucket holds X")
-        cache.record("state.a", revision: 11, bytes: theirs)
-        #expect(cache.holds("state.a", bytes: theirs))
-        #expect(!cache.holds("state.b", bytes: theirs), "keys are independent")
-        cache.removeAll()
-        cache.record("state.a", revision: 1, bytes: mine)
-        #expect(cache.holds("state.a", bytes: mine), "after starting over, a recreated bucket's revision 1 counts")
     }
 }

@@ -250,6 +250,28 @@ struct NATSKeyValueTests {
         }
     }
 
+    @Test("a watch whose bucket is deleted and created again ends with bucketNotFound rather than go on from a stale revision")
+    func watchEndsWhenBucketIsReplaced() async throws {
+        try await withIntegrationScope { scope in
+            let server = try await jetStreamServer(scope)
+            let client = try await NATSClient.connected(to: [server.url])
+            let kv = try await client.keyValue(bucket: "gone")
+            for value in 1...3 { try await kv.put("k\(value)", value: .text("\(value)")) }
+            let recorder = WatchRecorder(try await kv.watch())
+            #expect(try await recorder.wait(for: 4) == ["PUT k1=1", "PUT k2=2", "PUT k3=3", "done"])
+            let deleted = try await client.request("$JS.API.STREAM.DELETE.KV_gone")
+            #expect(String(buffer: deleted.payload).contains("\"success\":true"), "\(String(buffer: deleted.payload))")
+            // Created again before the watch misses its heartbeats: its revisions start over at 1, below the
+            // watch's last (3), so going on from revision 4 would skip the new bucket's first changes.
+            let again = try await client.keyValue(bucket: "gone")
+            #expect(try await again.put("k1", value: .text("new")) == 1)
+            let end = try await recorder.waitForEnd(timeout: 40)
+            #expect(end == "failed: \(NATSKeyValueError.bucketNotFound("gone"))")
+            #expect(recorder.summary == ["PUT k1=1", "PUT k2=2", "PUT k3=3", "done"])
+            await client.close()
+        }
+    }
+
     @Test("a watch goes on across a nats-server kill and restart: no change lost, none delivered twice")
     func watchAcrossRestart() async throws {
         try await withIntegrationScope { scope in
