@@ -208,10 +208,7 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
-        .testTarget(
-            name: "NotifyBridgeTests",
-            dependencies: ["NotifyBridge", "NotifyNATS", .product(name: "NIOCore", package: "swift-nio")]
-        ),
+        .testTarget(name: "NotifyBridgeTests", dependencies: ["NotifyBridge", "NotifyNATS"]),
         .testTarget(
             name: "NotifySystemdTests",
             dependencies: ["NotifySystemd", "NotifyTestSupport", .product(name: "Logging", package: "swift-log")]

@@ -63,7 +63,7 @@ final class BucketMirror: Sendable {
     /// posted again.
     private let localRetained = NIOLockedValueBox<[String: PostIdentity]>([:])
     /// What the bucket is known to hold per key (acknowledged puts, entries seen): putting the same again is skipped.
-    private let bucketValues = NIOLockedValueBox(BucketValueCache())
+    private let bucketValues = NIOLockedValueBox<[String: ByteBuffer]>([:])
     /// Puts waiting: the latest per key, keys in the order they first waited. Bounded by the number of names.
     private let waiting = NIOLockedValueBox(OrderedDictionary<String, Put>())
     private let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
@@ -114,8 +114,6 @@ final class BucketMirror: Sendable {
                 restarted = watching
                 if Task.isCancelled { break }
                 if watching { delay = .milliseconds(100) } else {
-                    // The bucket may have been deleted and created again: its revisions start over.
-                    bucketValues.withLockedValue { $0.startOver() }
                     counters.bump(.bucketWatchRestarts)
                     try? await Task.sleep(for: delay)
                     delay = min(delay * 2, .seconds(5))
@@ -235,16 +233,12 @@ final class BucketMirror: Sendable {
     }
 
     private func importEntry(_ entry: NATSKeyValueEntry) {
-        bucketValues.withLockedValue {
-            $0.record(
-                entry.key, revision: entry.revision, bytes: entry.operation == .put ? entry.value : nil,
-                generation: $0.generation)
-        }
         guard entry.operation == .put else { return }
         guard let (kind, name) = BucketKey.parse(entry.key), !name.hasPrefix("self.") else {
             counters.bump(.bucketInvalid)
             return
         }
+        bucketValues.withLockedValue { $0[entry.key] = entry.value }
         guard isImported(name) else { return }
         let origin = Origin(headers: entry.headers)
         // This process's own put, stored even if its acknowledgement was lost: the local value is at least as new.
@@ -368,8 +362,9 @@ final class BucketMirror: Sendable {
                 for await _ in wake.stream { break }
                 continue
             }
-            let (held, generation) = bucketValues.withLockedValue { ($0.holds(key, bytes: put.bytes), $0.generation) }
-            if held, put.kind == .state || put.skipIfSamePost { continue }
+            if bucketValues.withLockedValue({ $0[key] }) == put.bytes, put.kind == .state || put.skipIfSamePost {
+                continue
+            }
             if put.skipIfSamePost, let held = try? await kv.get(key), let origin = Origin(headers: held.headers),
                 origin.host == put.origin.host, origin.sequence == put.origin.sequence
             {
@@ -381,11 +376,8 @@ final class BucketMirror: Sendable {
                 var headers = put.origin.headers
                 // JetStream refuses the put when the key has a value already (the expected last sequence).
                 if put.onlyIfAbsent { headers.append("Nats-Expected-Last-Subject-Sequence", "0") }
-                let stored = try await kv.put(key, value: put.bytes, headers: headers)
-                revision = stored
-                bucketValues.withLockedValue {
-                    $0.record(key, revision: stored, bytes: put.bytes, generation: generation)
-                }
+                revision = try await kv.put(key, value: put.bytes, headers: headers)
+                bucketValues.withLockedValue { $0[key] = put.bytes }
                 counters.bump(put.kind == .state ? .stateExported : .retainedExported)
             } catch {
                 if !put.onlyIfAbsent {

@@ -139,7 +139,8 @@ package struct NATSJetStream: Sendable {
         package var time: Date?
     }
 
-    /// `STREAM.INFO`: the stream's configuration; ``NATSJetStreamAPIError/streamNotFound`` when it has none.
+    /// `STREAM.INFO`: the stream's configuration and creation time; ``NATSJetStreamAPIError/streamNotFound`` when
+    /// there is no such stream.
     package func streamInfo(_ stream: String) async throws -> StreamInfo {
         try await call("STREAM.INFO.\(stream)", body: ByteBuffer(), as: StreamInfo.self)
     }

@@ -167,7 +167,7 @@ final class NATSKeyValueWatcher: Sendable {
         }
         guard let (generation, start, old) = begun else { return }
         retire(subscription: old.subscription, consumer: old.consumer)
-        try await checkStreamIsTheSame()
+        let recreating = try await checkStreamIsTheSame()
         let subscription = try client.subscribe(inbox) { [weak self] message in
             self?.received(message, generation: generation)
         }
@@ -195,6 +195,15 @@ final class NATSKeyValueWatcher: Sendable {
             }
             if mine { client.unsubscribe(subscription) }
             throw error
+        }
+        if recreating {
+            // Checked again: the stream may have been replaced between the first check and the consumer's creation.
+            do {
+                _ = try await checkStreamIsTheSame()
+            } catch {
+                retire(subscription: nil, consumer: info.name)
+                throw error
+            }
         }
         let kept = state.withLockedValue { state -> Bool in
             guard state.sequencer.generation == generation, !state.stopped else { return false }
@@ -233,8 +242,8 @@ final class NATSKeyValueWatcher: Sendable {
                 return
             } catch NATSClientError.closed {
                 return finish(throwing: NATSClientError.closed)
-            } catch let error as NATSKeyValueError {
-                return finish(throwing: error)
+            } catch NATSKeyValueError.bucketNotFound(let bucket) {
+                return finish(throwing: NATSKeyValueError.bucketNotFound(bucket))
             } catch let error as NATSJetStreamAPIError where error.errorCode == NATSJetStreamAPIError.streamNotFound {
                 return finish(throwing: NATSKeyValueError.bucketNotFound(keyValue.bucket))
             } catch {
@@ -248,16 +257,19 @@ final class NATSKeyValueWatcher: Sendable {
 
     /// Throws ``NATSKeyValueError/bucketNotFound(_:)`` if the bucket's stream is not the one the watch began on (it
     /// was deleted and created again meanwhile).
-    private func checkStreamIsTheSame() async throws {
-        guard let created = try await keyValue.jetStream.streamInfo(keyValue.streamName).created else { return }
-        let replaced = state.withLockedValue { state -> Bool in
+    ///
+    /// - Returns: whether the watch knew its stream already (false on its first consumer, which records it).
+    private func checkStreamIsTheSame() async throws -> Bool {
+        guard let created = try await keyValue.jetStream.streamInfo(keyValue.streamName).created else { return false }
+        let (known, replaced) = state.withLockedValue { state -> (Bool, Bool) in
             guard let known = state.streamCreated else {
                 state.streamCreated = created
-                return false
+                return (false, false)
             }
-            return known != created
+            return (true, known != created)
         }
         if replaced { throw NATSKeyValueError.bucketNotFound(keyValue.bucket) }
+        return known
     }
 
     private func retire(subscription: NATSClient.Subscription?, consumer: String?) {

@@ -250,7 +250,7 @@ struct NATSKeyValueTests {
         }
     }
 
-    @Test("a watch whose bucket is deleted and created again ends with bucketNotFound rather than go on from a stale revision")
+    @Test("a watch ends with bucketNotFound when its bucket is deleted and created again (its revisions start over)")
     func watchEndsWhenBucketIsReplaced() async throws {
         try await withIntegrationScope { scope in
             let server = try await jetStreamServer(scope)
