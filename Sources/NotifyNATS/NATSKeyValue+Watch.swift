@@ -45,8 +45,8 @@ extension NATSKeyValue {
     /// Watches the keys matching `keys` (`*` and a final `>` are wildcards): first the current entry of each
     /// (deleted ones included, as ``NATSKeyValueEntry/Operation/delete`` entries), then
     /// ``NATSKeyValueWatchEvent/initialValuesDone``, then every change, in stream order. A value the bucket
-    /// replaced before the watch received it is skipped, as with the official clients: the bucket keeps one entry
-    /// per key, so a watch behind its writers sees the newer value (with its revision) instead.
+    /// replaced before the watch received it is skipped, as with the official clients: a bucket of history 1 keeps
+    /// one entry per key, so a watch behind its writers sees the newer value (with its revision) instead.
     ///
     /// The watch is an ordered push consumer, as the official clients make it: memory-only, no acknowledgements,
     /// flow control answered and idle heartbeats every 5 s. A gap in its consumer sequence, a heartbeat naming
@@ -167,7 +167,7 @@ final class NATSKeyValueWatcher: Sendable {
         }
         guard let (generation, start, old) = begun else { return }
         retire(subscription: old.subscription, consumer: old.consumer)
-        let recreating = try await checkStreamIsTheSame()
+        try await checkStreamIsTheSame()
         let subscription = try client.subscribe(inbox) { [weak self] message in
             self?.received(message, generation: generation)
         }
@@ -196,14 +196,13 @@ final class NATSKeyValueWatcher: Sendable {
             if mine { client.unsubscribe(subscription) }
             throw error
         }
-        if recreating {
-            // Checked again: the stream may have been replaced between the first check and the consumer's creation.
-            do {
-                _ = try await checkStreamIsTheSame()
-            } catch {
-                retire(subscription: nil, consumer: info.name)
-                throw error
-            }
+        // Checked again: the stream may have been replaced between the first check and the consumer's creation
+        // (this narrows the window, it does not close it: the consumer's first messages are already coming).
+        do {
+            _ = try await checkStreamIsTheSame()
+        } catch {
+            retire(subscription: nil, consumer: info.name)
+            throw error
         }
         let kept = state.withLockedValue { state -> Bool in
             guard state.sequencer.generation == generation, !state.stopped else { return false }
@@ -256,20 +255,17 @@ final class NATSKeyValueWatcher: Sendable {
     }
 
     /// Throws ``NATSKeyValueError/bucketNotFound(_:)`` if the bucket's stream is not the one the watch began on (it
-    /// was deleted and created again meanwhile).
-    ///
-    /// - Returns: whether the watch knew its stream already (false on its first consumer, which records it).
-    private func checkStreamIsTheSame() async throws -> Bool {
-        guard let created = try await keyValue.jetStream.streamInfo(keyValue.streamName).created else { return false }
-        let (known, replaced) = state.withLockedValue { state -> (Bool, Bool) in
+    /// was deleted and created again meanwhile); the first call records the stream the watch begins on.
+    private func checkStreamIsTheSame() async throws {
+        guard let created = try await keyValue.jetStream.streamInfo(keyValue.streamName).created else { return }
+        let replaced = state.withLockedValue { state -> Bool in
             guard let known = state.streamCreated else {
                 state.streamCreated = created
-                return (false, false)
+                return false
             }
-            return (true, known != created)
+            return known != created
         }
         if replaced { throw NATSKeyValueError.bucketNotFound(keyValue.bucket) }
-        return known
     }
 
     private func retire(subscription: NATSClient.Subscription?, consumer: String?) {
