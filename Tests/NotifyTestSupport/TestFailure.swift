@@ -14,16 +14,20 @@ package struct TestFailure: Error, CustomStringConvertible {
 }
 
 /// How long any single wait in these tests may take before the test fails.
-package let defaultTimeout = TimeAmount.seconds(TestScale.isSanitized ? 90 : 15)
+package let defaultTimeout = TimeAmount.seconds(TestScale.isSlowed ? 90 : 15)
 
 /// Test sizes and timeouts for the current build: `make sanitize` sets `TSAN_OPTIONS`, and ThreadSanitizer
 /// makes every thread hop several times slower, so heavy tests shrink and waits last longer there.
+/// `make sanitize-address` sets `ASAN_OPTIONS`: the tests keep their sizes (what AddressSanitizer checks is the
+/// memory they touch), but waits last longer, since a loaded machine stalled its 400 tests starting at once for 33 s.
 package enum TestScale {
     package static let isSanitized = ProcessInfo.processInfo.environment["TSAN_OPTIONS"] != nil
+    /// Under either sanitizer: waits last longer.
+    package static let isSlowed = isSanitized || ProcessInfo.processInfo.environment["ASAN_OPTIONS"] != nil
     /// `count`, or a tenth of it under ThreadSanitizer.
     package static func count(_ count: Int) -> Int { isSanitized ? max(1, count / 10) : count }
-    /// `seconds`, or six times as long under ThreadSanitizer.
-    package static func timeout(_ seconds: Double) -> Double { isSanitized ? seconds * 6 : seconds }
+    /// `seconds`, or six times as long under either sanitizer.
+    package static func timeout(_ seconds: Double) -> Double { isSlowed ? seconds * 6 : seconds }
 }
 
 extension Duration {
