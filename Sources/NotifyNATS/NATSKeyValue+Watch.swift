@@ -199,7 +199,7 @@ final class NATSKeyValueWatcher: Sendable {
         // Checked again: the stream may have been replaced between the first check and the consumer's creation
         // (this narrows the window, it does not close it: the consumer's first messages are already coming).
         do {
-            _ = try await checkStreamIsTheSame()
+            try await checkStreamIsTheSame()
         } catch {
             retire(subscription: nil, consumer: info.name)
             throw error

@@ -19,7 +19,7 @@ package let defaultTimeout = TimeAmount.seconds(TestScale.isSlowed ? 90 : 15)
 /// Test sizes and timeouts for the current build: `make sanitize` sets `TSAN_OPTIONS`, and ThreadSanitizer
 /// makes every thread hop several times slower, so heavy tests shrink and waits last longer there.
 /// `make sanitize-address` sets `ASAN_OPTIONS`: the tests keep their sizes (what AddressSanitizer checks is the
-/// memory they touch), but waits last longer, since a loaded machine stalled its 400 tests starting at once for 33 s.
+/// memory they touch), but waits last longer, since hundreds of slowed tests start at once on a loaded machine.
 package enum TestScale {
     package static let isSanitized = ProcessInfo.processInfo.environment["TSAN_OPTIONS"] != nil
     /// Under either sanitizer: waits last longer.
