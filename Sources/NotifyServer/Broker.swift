@@ -454,10 +454,12 @@ final class Broker {
         let count = run.frames.count
         isRouting = true
         defer { isRouting = false }
+        let shared = run.sharedBytes(recipientCount: run.recipients.count)
+        let bytes = shared ?? run.encoded
         for recipient in run.recipients {
             let peer = recipient.peer
             guard peer.isOpen else { continue }
-            if let flushNow = peer.queue.queueIfRoom(run.encoded) {
+            if let flushNow = peer.queue.queueIfRoom(bytes, sharingStorage: shared != nil) {
                 flushNow ? flush(peer) : markDirty(peer)
                 delivered += count
             } else if let (flushNow, held) = peer.queue.offerRun(

@@ -70,12 +70,14 @@ struct DeliveryQueue {
     ///
     /// - Returns: whether to flush now, or `nil` if nothing was done (the caller then holds them or offers
     ///   them one by one).
-    mutating func queueIfRoom(_ encoded: ByteBuffer) -> Bool? {
+    /// - Parameter sharingStorage: queue `encoded` as it is, to be written from its own storage (a run that every
+    ///   recipient shares), rather than copied into the peer's batch.
+    mutating func queueIfRoom(_ encoded: ByteBuffer, sharingStorage: Bool = false) -> Bool? {
         let size = encoded.readableBytes
         guard held == nil, suspendCount == 0, outbound.pendingBytes + size <= limit, size <= quotaRoom else {
             return nil
         }
-        outbound.append(encoded)
+        if sharingStorage { outbound.appendShared(encoded) } else { outbound.append(encoded) }
         syncCharge()
         return shouldFlushEarly
     }
@@ -99,7 +101,7 @@ struct DeliveryQueue {
     /// treated as slow. Up to 256 KiB a batch: with large notifications, smaller batches cost a write (and a
     /// trip through the channel) every few frames.
     private var shouldFlushEarly: Bool {
-        outbound.buffer.readableBytes >= eagerFlushBytes
+        outbound.unflushedBytes >= eagerFlushBytes
     }
 
     /// Queues one notification, or holds it under `policy` when the peer cannot take it now.
@@ -283,11 +285,12 @@ struct DeliveryQueue {
 
     var hasUnflushedBytes: Bool { outbound.hasUnflushedBytes }
 
-    /// Takes the unflushed bytes to hand to the channel (they stay counted until ``completeWrite(_:)``).
-    mutating func takeForWrite() -> ByteBuffer { outbound.takeForWrite() }
+    /// Hands the unflushed bytes to `write` (they stay counted until ``completeWrite(_:)``); see
+    /// ``OutboundQueue/handOver(_:)``.
+    mutating func handOver(_ write: (ByteBuffer) -> Void) -> Int { outbound.handOver(write) }
 
-    /// See ``OutboundQueue/recycle(_:)``.
-    mutating func recycle(_ bytes: consuming ByteBuffer) -> Bool { outbound.recycle(bytes) }
+    /// See ``OutboundQueue/settleHandOver()``.
+    mutating func settleHandOver() -> Bool { outbound.settleHandOver() }
 
     /// Records that `count` bytes handed out were written or discarded.
     mutating func completeWrite(_ count: Int) {

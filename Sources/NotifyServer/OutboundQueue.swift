@@ -5,18 +5,26 @@ import NotifyWire
 /// The bytes waiting to be written to one connection.
 ///
 /// Outgoing frames are appended to one buffer, which is handed to the channel once per read burst (one
-/// `writeAndFlush` per connection per burst: a write per frame is a system call per frame). ``pendingBytes`` counts both what is still here
+/// flush per connection per burst: a write per frame is a system call per frame). A large run of notifications is
+/// not copied into each recipient's buffer: its storage, shared by all its recipients, is queued as a segment of
+/// its own and written from there (one `writev` with the buffer). ``pendingBytes`` counts both what is still here
 /// and what the channel has not yet written to the socket; the connection keeps it within its bound.
 struct OutboundQueue {
-    /// Bytes appended since the last flush.
+    /// Bytes appended since the last flush, after the ``segments``.
     var buffer: ByteBuffer
+    /// What is to be written before ``buffer``, in order: shared runs, and the buffers that came before them.
+    private var segments: [ByteBuffer] = []
+    /// Bytes in ``segments``.
+    private var segmentBytes = 0
     /// Bytes handed to the channel whose writes have not completed.
     private(set) var inFlightBytes = 0
+    /// The segments of the last hand-over, until it is known whether the channel wrote them at once.
+    private var handedOver: [ByteBuffer] = []
     /// The batches the channel did not finish writing when it took them, oldest first: their storage is shared
     /// with the channel, so keeping them costs nothing, and a hand-over reads the bytes never written from them.
     /// Each with the time it was handed over: a clock read per write that did not finish at once, for the
     /// connection's lag.
-    private var unfinishedBatches = Deque<(bytes: ByteBuffer, since: NIODeadline)>()
+    private var unfinishedBatches = Deque<(segments: [ByteBuffer], since: NIODeadline)>()
 
     /// When the oldest batch the channel has not finished writing was handed to it.
     var oldestUnfinishedSince: NIODeadline? { unfinishedBatches.first?.since }
@@ -33,14 +41,30 @@ struct OutboundQueue {
         self.allocator = allocator
         self.batchCapacityLimit = batchCapacityLimit
         self.buffer = allocator.buffer(capacity: 0)
+        // Storage of its own: every buffer of capacity 0 shares one.
+        self.marker = allocator.buffer(capacity: 1)
     }
 
-    var pendingBytes: Int { buffer.readableBytes + inFlightBytes }
-    var hasUnflushedBytes: Bool { buffer.readableBytes > 0 }
+    /// Bytes queued and not yet handed to the channel.
+    var unflushedBytes: Int { buffer.readableBytes + segmentBytes }
+    var pendingBytes: Int { unflushedBytes + inFlightBytes }
+    var hasUnflushedBytes: Bool { unflushedBytes > 0 }
 
     mutating func append(_ frame: ByteBuffer) {
         if buffer.capacity == 0 { buffer.reserveCapacity(max(nextBatchCapacity, frame.readableBytes)) }
         buffer.writeImmutableBuffer(frame)
+    }
+
+    /// Queues `bytes` without copying them: they are written from their own storage, which other connections
+    /// may share.
+    mutating func appendShared(_ bytes: ByteBuffer) {
+        if buffer.readableBytes > 0 {
+            segmentBytes += buffer.readableBytes
+            segments.append(buffer)
+            buffer = spare.take() ?? allocator.buffer(capacity: 0)
+        }
+        segmentBytes += bytes.readableBytes
+        segments.append(bytes)
     }
 
     /// Appends what `encode` writes, `size` bytes or about that many (the batch's first frame sizes its storage).
@@ -60,35 +84,67 @@ struct OutboundQueue {
     /// The largest storage kept as ``spare``: an idle connection should not keep a burst's worth of memory.
     private static let spareCapacityLimit = 4096
 
-    /// Takes the unflushed bytes to hand to the channel, counting them as in flight.
-    mutating func takeForWrite() -> ByteBuffer {
-        let bytes = buffer
-        inFlightBytes += bytes.readableBytes
-        // The batch belongs to the channel until it is written; the next one starts in the spare storage, or
-        // in storage sized like this one once its first frame comes.
-        if let spare = spare.take() {
-            buffer = spare
-        } else {
-            buffer = allocator.buffer(capacity: 0)
-            nextBatchCapacity = min(max(bytes.readableBytes, 256), batchCapacityLimit)
-        }
-        return bytes
-    }
+    /// Storage of this queue's own written last when a hand-over ends with shared bytes: the channel has written
+    /// everything once it holds no reference to it (it keeps an empty write in order, as it does any other).
+    private var marker: ByteBuffer
+    /// The last hand-over ended with the marker rather than a batch of this queue's own.
+    private var handOverEndsWithMarker = false
 
-    /// Keeps a batch's storage for a later batch, if the channel has let go of it (its write is complete).
+    /// Hands the unflushed bytes to `write`, segment by segment in order, counting them as in flight; then
+    /// ``settleHandOver()`` tells whether the channel wrote them all at once.
     ///
-    /// - Returns: `true` if the channel holds no reference to `bytes`: their write has completed.
-    mutating func recycle(_ bytes: consuming ByteBuffer) -> Bool {
-        var bytes = bytes
-        guard bytes.modifyIfUniquelyOwned({ $0.clear() }) != nil else {
-            unfinishedBatches.append((bytes, .now()))
-            return false
+    /// - Returns: how many bytes were handed over.
+    mutating func handOver(_ write: (ByteBuffer) -> Void) -> Int {
+        let count = unflushedBytes
+        inFlightBytes += count
+        // `handedOver` is empty (each hand-over is settled): the segments move there, and the array it held
+        // takes the next ones.
+        swap(&segments, &handedOver)
+        segmentBytes = 0
+        for segment in handedOver { write(segment) }
+        // The last write is always storage of this queue's own, whose references tell when the write is done.
+        handOverEndsWithMarker = buffer.readableBytes == 0
+        if handOverEndsWithMarker {
+            write(marker)
+        } else {
+            write(buffer)
+            handedOver.append(buffer)
+            // The batch belongs to the channel until it is written; the next one starts in the spare storage, or
+            // in storage sized like this one once its first frame comes.
+            if let spare = spare.take() {
+                buffer = spare
+            } else {
+                nextBatchCapacity = min(max(buffer.readableBytes, 256), batchCapacityLimit)
+                buffer = allocator.buffer(capacity: 0)
+            }
         }
-        if spare == nil, bytes.capacity <= Self.spareCapacityLimit { spare = bytes }
-        return true
+        return count
     }
 
-    /// Records that `count` bytes handed out by ``takeForWrite()`` were written or discarded.
+    /// Ends a hand-over: a write the channel completed within its call gives its own storage back for a later
+    /// batch; one it did not is kept (``owedBytes(unwrittenInChannel:)``) until ``completeWrite(_:)``.
+    ///
+    /// - Returns: whether the channel wrote everything handed over (it holds none of it).
+    mutating func settleHandOver() -> Bool {
+        let completed: Bool
+        if handOverEndsWithMarker {
+            completed = marker.modifyIfUniquelyOwned { _ in } != nil
+        } else {
+            completed = handedOver[handedOver.count - 1].modifyIfUniquelyOwned { $0.clear() } != nil
+            if completed, spare == nil, handedOver[handedOver.count - 1].capacity <= Self.spareCapacityLimit {
+                spare = handedOver.removeLast()
+            }
+        }
+        if completed {
+            handedOver.removeAll(keepingCapacity: true)
+        } else {
+            unfinishedBatches.append((handedOver, .now()))
+            handedOver = []
+        }
+        return completed
+    }
+
+    /// Records that `count` bytes handed out by ``handOver(_:)`` were written or discarded.
     mutating func completeWrite(_ count: Int) {
         inFlightBytes -= count
         // Writes complete in order, and one finishes inside its call only when none is waiting before it: so a
@@ -100,15 +156,20 @@ struct OutboundQueue {
     /// channel holds (what it has not written to the socket yet, as it reports), then what was never handed to it.
     func owedBytes(unwrittenInChannel: Int) -> [UInt8] {
         var batches: [UInt8] = []
-        for batch in unfinishedBatches { batches += batch.bytes.readableBytesView }
+        for batch in unfinishedBatches {
+            for segment in batch.segments { batches += segment.readableBytesView }
+        }
         var owed = Array(batches.suffix(min(max(unwrittenInChannel, 0), batches.count)))
+        for segment in segments { owed += segment.readableBytesView }
         owed += buffer.readableBytesView
         return owed
     }
 
     /// Forgets everything not yet handed to the channel; returns how many bytes that was.
     mutating func discardUnflushed() -> Int {
-        let count = buffer.readableBytes
+        let count = unflushedBytes
+        segments.removeAll()
+        segmentBytes = 0
         buffer.clear()
         return count
     }

@@ -4,8 +4,10 @@ import NotifyWire
 
 /// What a ``Peer`` needs from its connection: the channel handler implements it, so the peer never touches NIO.
 protocol PeerTransport: AnyObject {
-    /// Writes and flushes `bytes` (the peer recycles their storage if the write completed within the call).
+    /// Writes `bytes`, to be sent at the next ``flush()``.
     func write(_ bytes: ByteBuffer)
+    /// Sends what was written.
+    func flush()
     /// Calls `body` once everything written so far has been written to the socket or discarded.
     func whenWritten(_ body: @escaping () -> Void)
     /// Replies are piling up unread: stop reading requests.
@@ -263,13 +265,12 @@ final class Peer {
             return
         }
         if queue.hasUnflushedBytes {
-            let bytes = queue.takeForWrite()
-            let count = bytes.readableBytes
+            let count = queue.handOver { transport.write($0) }
+            transport.flush()
             // Most writes finish inside this call, so they are written without a promise: if the channel no
-            // longer holds the bytes afterwards, they were written (and their storage takes the next batch).
-            // Only a write the channel could not finish gets a completion, after everything before it.
-            transport.write(bytes)
-            if queue.recycle(bytes) {
+            // longer holds the last of them afterwards, they were written (and the batch's storage takes the next
+            // one). Only a write the channel could not finish gets a completion, after everything before it.
+            if queue.settleHandOver() {
                 writeCompleted(count)
             } else {
                 transport.whenWritten { [self] in writeCompleted(count) }

@@ -526,7 +526,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     // MARK: PeerTransport
 
     func write(_ bytes: ByteBuffer) {
-        context?.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+        context?.write(wrapOutboundOut(bytes), promise: nil)
+    }
+
+    func flush() {
+        context?.flush()
     }
 
     func whenWritten(_ body: @escaping () -> Void) {

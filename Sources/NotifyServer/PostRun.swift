@@ -39,6 +39,10 @@ struct PostRun {
     /// early-flush threshold, so a reading subscriber still gets its bytes during a long burst.
     static let byteLimit = 16 * 1024
 
+    /// Encoded bytes from which a run with several recipients is copied once for them to share, rather than once
+    /// for each.
+    static let sharingThreshold = 4096
+
     /// The posting peer while a run is open.
     private(set) var poster: Peer?
     private(set) var name = ""
@@ -48,7 +52,8 @@ struct PostRun {
     /// The routing generation when the recipients were worked out (a change during the run outdates the route
     /// it parks).
     private var generation: UInt64 = 0
-    /// The run's frames back to back. Reused from run to run: recipients copy it, so its storage stays unique.
+    /// The run's frames back to back. Reused from run to run while recipients copy it; a run they share leaves
+    /// its storage to them, and the next one starts in new storage (``clearFrames()``).
     private(set) var encoded: ByteBuffer
     private var encoder = NotificationFrame.RunEncoder()
 
@@ -124,7 +129,25 @@ struct PostRun {
     /// Forgets the frames handed out (the run goes on).
     mutating func clearFrames() {
         frames.removeAll(keepingCapacity: true)
-        encoded.clear()
+        if encoded.modifyIfUniquelyOwned({ $0.clear() }) == nil {
+            // Recipients share the storage until they have written it (``sharedBytes(recipientCount:)``).
+            encoded = ByteBufferAllocator().buffer(capacity: Self.byteLimit + 1024)
+        }
+    }
+
+    /// The run's frames for its recipients to queue as they are, without copying them, when that costs less than
+    /// a copy for each: the run's own storage when the run fills at least half of it (its next frames then go to
+    /// new storage), or one copy of the run, sized to it, when it has several recipients and is large. Never more
+    /// than twice the bytes it holds, so the storage a slow recipient keeps stays within twice what it is charged.
+    ///
+    /// - Returns: `nil` when each recipient had better copy the run (``encoded``) into its own batch.
+    func sharedBytes(recipientCount: Int) -> ByteBuffer? {
+        let size = encoded.readableBytes
+        if size * 2 >= encoded.capacity { return encoded }
+        guard recipientCount >= 2, size >= Self.sharingThreshold else { return nil }
+        var copy = ByteBufferAllocator().buffer(capacity: size)
+        copy.writeImmutableBuffer(encoded)
+        return copy
     }
 
     /// The bytes of the run's frames from the `first`th on (a view of the reused run buffer: a slow peer holding

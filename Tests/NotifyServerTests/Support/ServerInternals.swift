@@ -30,6 +30,7 @@ final class NullTransport: PeerTransport, Sendable {
     static let shared = NullTransport()
 
     func write(_ bytes: ByteBuffer) {}
+    func flush() {}
     func whenWritten(_ body: @escaping () -> Void) {}
     func stopReadingForBackPressure() {}
     func backPressureRelieved() {}

@@ -1,0 +1,135 @@
+import NIOCore
+import NotifyWire
+import Testing
+
+@testable import NotifyServer
+
+/// A large run of posts is queued for its recipients by reference (``PostRun/sharedBytes(recipientCount:)``,
+/// ``OutboundQueue/appendShared(_:)``): no copy per recipient, the same bytes for each, in order with everything
+/// else the connection is sent, and never more storage kept than twice the bytes a recipient is charged.
+@Suite("Runs shared among their recipients")
+struct SharedRunTests {
+    private static func post(_ name: String, _ index: Int, size: Int) -> ClientFrame {
+        var payload = ByteBuffer(repeating: UInt8(truncatingIfNeeded: index), count: size)
+        payload.setInteger(UInt32(index), at: 0)
+        return .post(ClientFrame.Post(requestID: 0, name: name, payload: payload))
+    }
+
+    /// The address of the storage a buffer's readable bytes are in.
+    private static func address(_ buffer: ByteBuffer) -> UInt {
+        buffer.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+    }
+
+    @Test("every subscriber of a long burst is written the same storage, and decodes the same notifications in order")
+    func subscribersShareOneRun() throws {
+        let daemon = EmbeddedBroker()
+        var subscribers: [EmbeddedPeer] = []
+        for index in 0..<3 {
+            let subscriber = try daemon.connect("subscriber-\(index)")
+            try subscriber.hello()
+            try subscriber.subscribe("shared.run", id: 1, policy: .queue(limit: 1_000))
+            subscribers.append(subscriber)
+        }
+        let poster = try daemon.connect("poster")
+        try poster.hello()
+        // 40 posts of 1 KB in one read: two runs filled to the run's byte limit, then the rest.
+        try poster.send((1...40).map { Self.post("shared.run", $0, size: 1_000) })
+        daemon.run()
+
+        var chunksBySubscriber: [[ByteBuffer]] = []
+        for subscriber in subscribers {
+            var chunks: [ByteBuffer] = []
+            while let chunk = try subscriber.channel.readOutbound(as: ByteBuffer.self) {
+                if chunk.readableBytes > 0 { chunks.append(chunk) }
+            }
+            chunksBySubscriber.append(chunks)
+        }
+        // The runs that filled their storage went out as they were: the same storage for every subscriber.
+        let firstRuns = chunksBySubscriber.map { $0.first { $0.readableBytes >= PostRun.byteLimit } }
+        let addresses = try firstRuns.map { try #require($0, "a whole run written as one chunk") }.map(Self.address)
+        #expect(Set(addresses).count == 1, "one storage for the three subscribers: \(addresses)")
+
+        for chunks in chunksBySubscriber {
+            var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 1 << 20)
+            for chunk in chunks { accumulator.append(chunk) }
+            var indices: [UInt32] = []
+            while let frame = try accumulator.next() {
+                let notification = try #require(frame.notification, "\(frame.summary)")
+                indices.append(try #require(notification.payload.getInteger(at: notification.payload.readerIndex, as: UInt32.self)))
+            }
+            #expect(indices == Array(1...40))
+        }
+    }
+
+    @Test("a run's shared storage is never more than twice its bytes; small runs to one recipient are copied")
+    func sharedStorageIsBounded() throws {
+        let peers = makeDetachedPeers(1, label: "shared-run")
+        var run = PostRun(allocator: ByteBufferAllocator())
+        run.open(poster: peers[0], name: "bounded.run", generation: 0, reusing: nil)
+        let payload = [UInt8](repeating: 7, count: 1_000)
+        func append(_ count: Int) {
+            payload.withUnsafeBytes { bytes in
+                for sequence in 0..<count { run.append(sequence: UInt64(sequence), payload: bytes) }
+            }
+        }
+
+        // A small run: copied by its one recipient; copied once, to storage of its size, for several.
+        append(5)
+        #expect(run.sharedBytes(recipientCount: 1) == nil)
+        let copy = try #require(run.sharedBytes(recipientCount: 4))
+        #expect(copy.readableBytesView.elementsEqual(run.encoded.readableBytesView))
+        #expect(Self.address(copy) != Self.address(run.encoded))
+        #expect(copy.capacity <= 2 * copy.readableBytes, "capacity \(copy.capacity) for \(copy.readableBytes) bytes")
+        run.clearFrames()
+
+        // A run that fills half its storage or more is shared as it is, and the next one starts in new storage.
+        append(17)
+        let whole = try #require(run.sharedBytes(recipientCount: 1))
+        #expect(Self.address(whole) == Self.address(run.encoded))
+        #expect(whole.capacity <= 2 * whole.readableBytes, "capacity \(whole.capacity) for \(whole.readableBytes) bytes")
+        let bytes = Array(whole.readableBytesView)
+        run.clearFrames()
+        append(1)
+        #expect(Self.address(run.encoded) != Self.address(whole))
+        #expect(Array(whole.readableBytesView) == bytes, "the shared bytes are left as they were")
+    }
+
+    @Test("shared bytes go out in order with the connection's own, and are owed in a hand-over until written")
+    func sharedSegmentsKeepOrder() throws {
+        var queue = OutboundQueue(allocator: ByteBufferAllocator(), batchCapacityLimit: 64 * 1024)
+        let shared = ByteBuffer(bytes: [UInt8](repeating: 2, count: 3_000))
+        queue.append(ByteBuffer(bytes: [1, 1]))
+        queue.appendShared(shared)
+        queue.append(ByteBuffer(bytes: [3]))
+        #expect(queue.pendingBytes == 3_003)
+        #expect(queue.owedBytes(unwrittenInChannel: 0) == [1, 1] + [UInt8](repeating: 2, count: 3_000) + [3])
+
+        // A channel that keeps everything it is given: the write is not finished.
+        var channel: [ByteBuffer] = []
+        let count = queue.handOver { channel.append($0) }
+        #expect(count == 3_003)
+        #expect(channel.map(\.readableBytes) == [2, 3_000, 1])
+        #expect(Self.address(channel[1]) == Self.address(shared), "written from its own storage, not copied")
+        let firstCompleted = queue.settleHandOver()
+        #expect(!firstCompleted, "the channel still holds the bytes")
+        #expect(queue.pendingBytes == 3_003)
+        // 1,001 bytes not yet written to the socket: the last of the batch.
+        #expect(queue.owedBytes(unwrittenInChannel: 1_001) == [UInt8](repeating: 2, count: 1_000) + [3])
+        channel.removeAll()
+        queue.completeWrite(count)
+        #expect(queue.pendingBytes == 0)
+
+        // Shared bytes alone: the queue's marker tells whether the channel finished the write.
+        queue.appendShared(shared)
+        _ = queue.handOver { channel.append($0) }
+        #expect(channel.map(\.readableBytes) == [3_000, 0])
+        let secondCompleted = queue.settleHandOver()
+        #expect(!secondCompleted)
+        channel.removeAll()
+        queue.completeWrite(3_000)
+        queue.appendShared(shared)
+        _ = queue.handOver { _ in }
+        let thirdCompleted = queue.settleHandOver()
+        #expect(thirdCompleted, "a channel that let go of everything wrote it")
+    }
+}
