@@ -454,12 +454,23 @@ final class Broker {
         let count = run.frames.count
         isRouting = true
         defer { isRouting = false }
-        let shared = run.sharedBytes(recipientCount: run.recipients.count)
-        let bytes = shared ?? run.encoded
+        // In a scope of its own: the run's storage must have no other owner once delivered, so that
+        // `clearFrames` reuses it when no recipient kept it.
+        do {
+            let shared = run.sharedBytes(recipientCount: run.recipients.count)
+            let bytes = shared ?? run.encoded
+            deliver(bytes, sharingStorage: shared != nil, frameCount: count, delivered: &delivered)
+        }
+        statistics.deliveries += UInt64(delivered)
+        run.clearFrames()
+    }
+
+    /// Offers the open run's frames, `bytes` (shared by the recipients or copied by each), to every recipient.
+    private func deliver(_ bytes: ByteBuffer, sharingStorage: Bool, frameCount count: Int, delivered: inout Int) {
         for recipient in run.recipients {
             let peer = recipient.peer
             guard peer.isOpen else { continue }
-            if let flushNow = peer.queue.queueIfRoom(bytes, sharingStorage: shared != nil) {
+            if let flushNow = peer.queue.queueIfRoom(bytes, sharingStorage: sharingStorage) {
                 flushNow ? flush(peer) : markDirty(peer)
                 delivered += count
             } else if let (flushNow, held) = peer.queue.offerRun(
@@ -474,8 +485,6 @@ final class Broker {
                 }
             }
         }
-        statistics.deliveries += UInt64(delivered)
-        run.clearFrames()
     }
 
     // MARK: Flushing
@@ -493,7 +502,7 @@ final class Broker {
         peer.flush()
     }
 
-    /// Hands every touched peer's bytes to its channel: one write and flush per peer per burst.
+    /// Hands every touched peer's bytes to its channel: one flush per peer per burst.
     func flushDirtyPeers() {
         guard !dirty.isEmpty else { return }
         // A flush may close a peer synchronously (and so touch `dirty`): iterate a swapped-out list, then hand

@@ -60,8 +60,17 @@ struct OutboundQueue {
     mutating func appendShared(_ bytes: ByteBuffer) {
         if buffer.readableBytes > 0 {
             segmentBytes += buffer.readableBytes
-            segments.append(buffer)
-            buffer = spare.take() ?? allocator.buffer(capacity: 0)
+            if buffer.capacity > max(2 * buffer.readableBytes, Self.spareCapacityLimit) {
+                // A few frames in storage sized for a whole batch: they go as a copy of their size, and the
+                // storage stays to take the next ones (a stopped peer must not keep a batch's worth per run).
+                var frames = allocator.buffer(capacity: buffer.readableBytes)
+                frames.writeImmutableBuffer(buffer)
+                segments.append(frames)
+                buffer.clear()
+            } else {
+                segments.append(buffer)
+                buffer = spare.take() ?? allocator.buffer(capacity: 0)
+            }
         }
         segmentBytes += bytes.readableBytes
         segments.append(bytes)
@@ -95,6 +104,8 @@ struct OutboundQueue {
     ///
     /// - Returns: how many bytes were handed over.
     mutating func handOver(_ write: (ByteBuffer) -> Void) -> Int {
+        // Settled before the next: a hand-over inside another would write the other's segments again.
+        precondition(handedOver.isEmpty, "a hand-over before the last was settled")
         let count = unflushedBytes
         inFlightBytes += count
         // `handedOver` is empty (each hand-over is settled): the segments move there, and the array it held

@@ -57,7 +57,10 @@ struct PostRun {
     private(set) var encoded: ByteBuffer
     private var encoder = NotificationFrame.RunEncoder()
 
+    private let allocator: ByteBufferAllocator
+
     init(allocator: ByteBufferAllocator) {
+        self.allocator = allocator
         encoded = allocator.buffer(capacity: Self.byteLimit + 1024)
     }
 
@@ -131,7 +134,7 @@ struct PostRun {
         frames.removeAll(keepingCapacity: true)
         if encoded.modifyIfUniquelyOwned({ $0.clear() }) == nil {
             // Recipients share the storage until they have written it (``sharedBytes(recipientCount:)``).
-            encoded = ByteBufferAllocator().buffer(capacity: Self.byteLimit + 1024)
+            encoded = allocator.buffer(capacity: Self.byteLimit + 1024)
         }
     }
 
@@ -145,13 +148,13 @@ struct PostRun {
         let size = encoded.readableBytes
         if size * 2 >= encoded.capacity { return encoded }
         guard recipientCount >= 2, size >= Self.sharingThreshold else { return nil }
-        var copy = ByteBufferAllocator().buffer(capacity: size)
+        var copy = allocator.buffer(capacity: size)
         copy.writeImmutableBuffer(encoded)
         return copy
     }
 
-    /// The bytes of the run's frames from the `first`th on (a view of the reused run buffer: a slow peer holding
-    /// them copies them, ``HeldNotifications/holdRun(_:count:firstSequence:limit:subscriptionID:)``).
+    /// The bytes of the run's frames from the `first`th on (a view of the run's buffer, which is reused: a slow peer
+    /// holding them copies them, ``HeldNotifications/holdRun(_:count:firstSequence:limit:subscriptionID:)``).
     func slice(from first: Int) -> ByteBuffer {
         guard first < frames.count, let last = frames.last else { return ByteBuffer() }
         let start = frames[first].offset

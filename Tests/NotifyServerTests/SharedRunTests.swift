@@ -1,4 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import NIOCore
+import NIOPosix
+import NotifyTestSupport
 import NotifyWire
 import Testing
 
@@ -131,5 +138,96 @@ struct SharedRunTests {
         _ = queue.handOver { _ in }
         let thirdCompleted = queue.settleHandOver()
         #expect(thirdCompleted, "a channel that let go of everything wrote it")
+    }
+
+    @Test("frames queued before a shared run go out in storage of their size: a stopped peer keeps no batch's worth per run")
+    func framesBeforeASharedRunAreNotPinnedInABatch() throws {
+        var queue = OutboundQueue(allocator: ByteBufferAllocator(), batchCapacityLimit: 288 * 1024)
+        // A large batch, written at once: the next batch is given storage of its size up front.
+        queue.append(ByteBuffer(repeating: 0, count: 200_000))
+        let count = queue.handOver { _ in }
+        let completed = queue.settleHandOver()
+        #expect(completed)
+        queue.completeWrite(count)
+
+        var channel: [ByteBuffer] = []
+        for _ in 0..<3 {
+            queue.append(ByteBuffer(repeating: 1, count: 40))
+            queue.appendShared(ByteBuffer(repeating: 2, count: 20_000))
+        }
+        _ = queue.handOver { channel.append($0) }
+        #expect(channel.map(\.readableBytes) == [40, 20_000, 40, 20_000, 40, 20_000, 0])
+        let ownFrames = channel.enumerated().filter { $0.offset % 2 == 0 && $0.element.readableBytes > 0 }.map(\.element)
+        #expect(ownFrames.allSatisfy { $0.capacity <= 4_096 }, "capacities \(ownFrames.map(\.capacity))")
+    }
+
+    @Test("on a socket, a write the kernel takes whole needs no completion, a larger one does, and the channel lets go of the marker once it is written")
+    func markerOnASocket() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        do {
+            try await Self.checkMarker(on: group.next())
+        } catch {
+            try? await group.shutdownGracefully()
+            throw error
+        }
+        try await group.shutdownGracefully()
+    }
+
+    private final class QueueBox: @unchecked Sendable {
+        // Used on the channel's event loop only.
+        var queue = OutboundQueue(allocator: ByteBufferAllocator(), batchCapacityLimit: 64 * 1024)
+
+        /// Hands everything queued to `channel` as `Peer.flush` does; whether the write completed within the call.
+        func flush(_ channel: Channel) -> Bool {
+            let count = queue.handOver { channel.write($0, promise: nil) }
+            channel.flush()
+            let completed = queue.settleHandOver()
+            if completed { queue.completeWrite(count) }
+            return completed
+        }
+    }
+
+    private static func checkMarker(on loop: EventLoop) async throws {
+        var pair: [CInt] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+        let reader = pair[1]
+        defer { close(reader) }
+        let channel = try await ClientBootstrap(group: loop).withConnectedSocket(pair[0]).get()
+        defer { channel.close(promise: nil) }
+        let box = QueueBox()
+
+        let small = try await loop.submit {
+            box.queue.appendShared(ByteBuffer(repeating: 1, count: 3_000))
+            return box.flush(channel)
+        }.get()
+        #expect(small, "3,000 bytes fit the socket's buffer")
+
+        // 4 MiB do not, while nobody reads: the write is left to finish later, after which a barrier completes.
+        let big = 4 << 20
+        let (completed, written) = try await loop.submit {
+            box.queue.appendShared(ByteBuffer(repeating: 2, count: big))
+            let completed = box.flush(channel)
+            let written = loop.makePromise(of: Void.self)
+            channel.writeAndFlush(ByteBuffer(), promise: written)
+            return (completed, written.futureResult)
+        }.get()
+        #expect(!completed, "4 MiB cannot all be in the socket's buffer")
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var read = 0
+        while read < 3_000 + big {
+            var poller = pollfd(fd: reader, events: Int16(POLLIN), revents: 0)
+            try #require(poll(&poller, 1, 10_000) == 1, "no bytes for 10 s after \(read)")
+            let count = Glibc.read(reader, &buffer, buffer.count)
+            try #require(count > 0, "read: \(count), errno \(errno)")
+            read += count
+        }
+        try await written.get()
+
+        let afterwards = try await loop.submit {
+            box.queue.completeWrite(big)
+            box.queue.appendShared(ByteBuffer(repeating: 3, count: 3_000))
+            return box.flush(channel)
+        }.get()
+        #expect(afterwards, "the marker of the finished write is no longer held by the channel")
     }
 }
