@@ -41,8 +41,6 @@ struct OutboundQueue {
         self.allocator = allocator
         self.batchCapacityLimit = batchCapacityLimit
         self.buffer = allocator.buffer(capacity: 0)
-        // Storage of its own: every buffer of capacity 0 shares one.
-        self.marker = allocator.buffer(capacity: 1)
     }
 
     /// Bytes queued and not yet handed to the channel.
@@ -95,7 +93,8 @@ struct OutboundQueue {
 
     /// Storage of this queue's own written last when a hand-over ends with shared bytes: the channel has written
     /// everything once it holds no reference to it (it keeps an empty write in order, as it does any other).
-    private var marker: ByteBuffer
+    /// Made when first needed: most connections never receive a shared run.
+    private var marker: ByteBuffer?
     /// The last hand-over ended with the marker rather than a batch of this queue's own.
     private var handOverEndsWithMarker = false
 
@@ -116,7 +115,9 @@ struct OutboundQueue {
         // The last write is always storage of this queue's own, whose references tell when the write is done.
         handOverEndsWithMarker = buffer.readableBytes == 0
         if handOverEndsWithMarker {
-            write(marker)
+            // Storage of its own: every buffer of capacity 0 shares one.
+            if marker == nil { marker = allocator.buffer(capacity: 1) }
+            write(marker!)
         } else {
             write(buffer)
             handedOver.append(buffer)
@@ -139,7 +140,7 @@ struct OutboundQueue {
     mutating func settleHandOver() -> Bool {
         let completed: Bool
         if handOverEndsWithMarker {
-            completed = marker.modifyIfUniquelyOwned { _ in } != nil
+            completed = marker!.modifyIfUniquelyOwned { _ in } != nil
         } else {
             completed = handedOver[handedOver.count - 1].modifyIfUniquelyOwned { $0.clear() } != nil
             if completed, spare == nil, handedOver[handedOver.count - 1].capacity <= Self.spareCapacityLimit {
