@@ -59,12 +59,12 @@ struct OutboundQueue {
         if buffer.readableBytes > 0 {
             segmentBytes += buffer.readableBytes
             if buffer.capacity > max(2 * buffer.readableBytes, Self.spareCapacityLimit) {
-                // A few frames in storage sized for a whole batch: they go as a copy of their size, and the
-                // storage stays to take the next ones (a stopped peer must not keep a batch's worth per run).
+                // A few frames in storage sized for a whole batch: they go as a copy of their size (a stopped peer
+                // must not keep a batch's worth per run), and the storage is let go (nor an idle one).
                 var frames = allocator.buffer(capacity: buffer.readableBytes)
                 frames.writeImmutableBuffer(buffer)
                 segments.append(frames)
-                buffer.clear()
+                buffer = spare.take() ?? allocator.buffer(capacity: 0)
             } else {
                 segments.append(buffer)
                 buffer = spare.take() ?? allocator.buffer(capacity: 0)
@@ -111,15 +111,12 @@ struct OutboundQueue {
         // takes the next ones.
         swap(&segments, &handedOver)
         segmentBytes = 0
-        for segment in handedOver { write(segment) }
         // The last write is always storage of this queue's own, whose references tell when the write is done.
         handOverEndsWithMarker = buffer.readableBytes == 0
         if handOverEndsWithMarker {
             // Storage of its own: every buffer of capacity 0 shares one.
             if marker == nil { marker = allocator.buffer(capacity: 1) }
-            write(marker!)
         } else {
-            write(buffer)
             handedOver.append(buffer)
             // The batch belongs to the channel until it is written; the next one starts in the spare storage, or
             // in storage sized like this one once its first frame comes.
@@ -130,13 +127,16 @@ struct OutboundQueue {
                 buffer = allocator.buffer(capacity: 0)
             }
         }
+        // Everything is in `handedOver` before the first write: a hand-over inside a write finds it not empty.
+        for bytes in handedOver { write(bytes) }
+        if handOverEndsWithMarker { write(marker!) }
         return count
     }
 
     /// Ends a hand-over: a write the channel completed within its call gives its own storage back for a later
     /// batch; one it did not is kept (``owedBytes(unwrittenInChannel:)``) until ``completeWrite(_:)``.
     ///
-    /// - Returns: whether the channel wrote everything handed over (it holds none of it).
+    /// - Returns: whether the channel wrote (or discarded) everything handed over: it holds none of it.
     mutating func settleHandOver() -> Bool {
         let completed: Bool
         if handOverEndsWithMarker {
