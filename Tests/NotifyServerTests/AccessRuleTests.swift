@@ -11,7 +11,7 @@ import Testing
 
 /// Access control (PROTOCOL.md § 8.2): the built-in `user.<uid>.` rule and the reserved prefixes of the
 /// configuration file, each checked to allow and to deny, with clients connected as different uids.
-@Suite("Access rules", .timeLimit(.minutes(1)))
+@Suite("Access rules", .timeLimit(.minutes(TestScale.minutes(1))))
 struct AccessRuleTests {
     /// Line numbers matter: denials name `rule at test.conf:LINE`.
     static let configuration = """

@@ -5,7 +5,7 @@ import Testing
 
 @testable import NotifyServer
 
-@Suite("Back-pressure", .timeLimit(.minutes(3)))
+@Suite("Back-pressure", .timeLimit(.minutes(TestScale.minutes(3))))
 struct BackPressureTests {
     /// The parameters shared by the stalled-subscriber tests: 20,000 notifications of 1 KiB on one name (about
     /// 21 MB) against a bound of 256 KiB per connection.

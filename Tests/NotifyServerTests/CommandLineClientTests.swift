@@ -12,7 +12,7 @@ import Testing
 
 /// Access rules as a user meets them: `notifyctl` run as another uid (`setpriv`) against an in-process
 /// server configured with reserved prefixes and quotas (`notifyd` itself has no `--config` option yet).
-@Suite("Notifyctl as another uid", .timeLimit(.minutes(1)))
+@Suite("Notifyctl as another uid", .timeLimit(.minutes(TestScale.minutes(1))))
 struct CommandLineClientTests {
     static let nobody = PeerIdentity(uid: 65_534, gid: 65_534)
 

@@ -7,7 +7,7 @@ import Testing
 
 /// Slow-subscriber policies (PROTOCOL.md § 9.4): what a connection that cannot take its notifications
 /// (suspended, or reading too slowly) receives under `coalesce`, `queue(N)` and `disconnect`.
-@Suite("Delivery policies", .timeLimit(.minutes(2)))
+@Suite("Delivery policies", .timeLimit(.minutes(TestScale.minutes(2))))
 struct DeliveryPolicyTests {
     /// Posts `payloads` (name, payload) fire-and-forget in one write, then waits for the poster's barrier: every post
     /// has been fanned out when this returns.

@@ -8,7 +8,7 @@ import Testing
 /// One connection's pipelined requests are served a bounded number per turn of the event loop, in order,
 /// whatever arrives at once: a client that sends thousands of subscriptions in one write cannot hold the
 /// loop from everyone else (issue 15: a batch of 4,096 SUBSCRIBEs stalled other clients ~90 ms).
-@Suite("Fair share of the event loop", .timeLimit(.minutes(2)))
+@Suite("Fair share of the event loop", .timeLimit(.minutes(TestScale.minutes(2))))
 struct FairnessTests {
     /// Sends `requests` (request ids 1, 2, … in order) and then `more` in one write, and expects `OK` for each
     /// request, in order.

@@ -13,7 +13,7 @@ import Testing
 
 /// A daemon hands everything to a successor (as `notifyd --replace` asks, over the control socket): the clients'
 /// connections stay open and nothing about them changes. In-process: both servers and the clients run here.
-@Suite("Hand-over to a successor", .timeLimit(.minutes(2)))
+@Suite("Hand-over to a successor", .timeLimit(.minutes(TestScale.minutes(2))))
 struct HandoverTests {
     /// Asks the server at `path` for everything, as `notifyd --replace` does (blocking calls, on a thread).
     static func takeOver(_ path: String) async throws -> (IncomingHandover, listener: CInt) {

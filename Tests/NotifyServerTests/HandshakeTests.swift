@@ -6,7 +6,7 @@ import Testing
 
 @testable import NotifyServer
 
-@Suite("Handshake", .timeLimit(.minutes(2)))
+@Suite("Handshake", .timeLimit(.minutes(TestScale.minutes(2))))
 struct HandshakeTests {
     @Test("HELLO is answered by WELCOME with version 1, the daemon's pid, instance id and configured limits")
     func welcomeCarriesDaemonFacts() async throws {

@@ -52,7 +52,7 @@ private final class LookupGate: @unchecked Sendable {  // every field is guarded
     }
 }
 
-@Suite("Identity lookups off the event loop", .timeLimit(.minutes(2)))
+@Suite("Identity lookups off the event loop", .timeLimit(.minutes(TestScale.minutes(2))))
 struct IdentityLookupTests {
     @Test("A client whose group lookup hangs delays only itself: the others keep posting and receiving")
     func hangingLookupDelaysOnlyItsConnection() async throws {

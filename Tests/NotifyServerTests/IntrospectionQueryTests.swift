@@ -11,7 +11,7 @@ import Testing
 @testable import NotifyServer
 
 /// Introspection over the protocol (PROTOCOL.md § 6.10, § 11.3).
-@Suite("Introspection queries", .timeLimit(.minutes(1)))
+@Suite("Introspection queries", .timeLimit(.minutes(TestScale.minutes(1))))
 struct IntrospectionQueryTests {
     static let statusKeys: Set<String> = [
         "version", "instance_id", "pid", "uptime_seconds", "connections", "subscriptions", "subscribed_names", "patterns",

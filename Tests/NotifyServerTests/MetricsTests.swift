@@ -13,7 +13,7 @@ import Testing
 
 /// The metrics socket: Prometheus text written on connection, counters that follow what clients did, and
 /// per-user and per-connection series only for what the scraper may see, bounded in number.
-@Suite("Metrics", .timeLimit(.minutes(1)))
+@Suite("Metrics", .timeLimit(.minutes(TestScale.minutes(1))))
 struct MetricsTests {
     /// Scrapes the metrics socket at `path` as `identity`: everything until the daemon closes.
     static func scrape(_ path: String, as identity: PeerIdentity = .root) async throws -> String {

@@ -14,7 +14,7 @@ import Testing
 /// `NextTurnQueue` on a real event loop: work that keeps queueing itself lets the loop poll and serve other
 /// descriptors' input in between (`EventLoop.execute` would run it all first: NIO drains its task queue before
 /// it polls again).
-@Suite("Work queued for the next turn", .timeLimit(.minutes(1)))
+@Suite("Work queued for the next turn", .timeLimit(.minutes(TestScale.minutes(1))))
 struct NextTurnQueueTests {
     /// Records the input of a pipe's read end.
     private final class InputRecorder: ChannelInboundHandler {

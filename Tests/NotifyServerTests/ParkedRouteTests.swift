@@ -8,7 +8,7 @@ import Testing
 /// A poster's next plain post to the name of its last run resumes that run's route instead of being routed
 /// again (`PostRun.ParkedRoute`). Each test posts one notification per write and waits for it to arrive, so
 /// every post after the first takes the parked route; what clients see must be what routing afresh gives.
-@Suite("Parked routes", .timeLimit(.minutes(2)))
+@Suite("Parked routes", .timeLimit(.minutes(TestScale.minutes(2))))
 struct ParkedRouteTests {
     private static func post(_ name: String, _ text: String) -> ClientFrame {
         .post(ClientFrame.Post(requestID: 0, name: name, payload: ByteBuffer(string: text)))
@@ -165,7 +165,7 @@ struct ParkedRouteTests {
 }
 
 /// Access rules reloaded between two posts apply to the second, parked route or not.
-@Suite("Parked routes and access reloads", .timeLimit(.minutes(2)))
+@Suite("Parked routes and access reloads", .timeLimit(.minutes(TestScale.minutes(2))))
 struct ParkedRouteAccessTests {
     @Test("After a reload, a poster's next post to its parked name is refused, and an observer loses it")
     func reloadOutdatesParkedRoutes() async throws {

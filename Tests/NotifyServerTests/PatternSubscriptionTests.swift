@@ -6,7 +6,7 @@ import Testing
 @testable import NotifyServer
 
 /// Wildcard subscriptions (PROTOCOL.md § 8.1, § 9.2).
-@Suite("Pattern subscriptions", .timeLimit(.minutes(1)))
+@Suite("Pattern subscriptions", .timeLimit(.minutes(TestScale.minutes(1))))
 struct PatternSubscriptionTests {
     /// For each pattern: names it must match and names it must not (PROTOCOL.md § 8.1's table, plus edge cases).
     static let cases: [(pattern: String, matches: [String], misses: [String])] = [

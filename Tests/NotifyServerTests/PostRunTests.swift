@@ -7,7 +7,7 @@ import Testing
 
 /// Runs of posts to one name in one read are fanned out together (`PostRun`); what a client sees must be
 /// exactly what one fan-out per post would give.
-@Suite("Runs of posts", .timeLimit(.minutes(2)))
+@Suite("Runs of posts", .timeLimit(.minutes(TestScale.minutes(2))))
 struct PostRunTests {
     private static func post(_ name: String, _ index: Int, flags: PostFlags = []) -> ClientFrame {
         .post(ClientFrame.Post(requestID: UInt32(index), flags: flags, name: name, payload: ByteBuffer(string: "\(index)")))

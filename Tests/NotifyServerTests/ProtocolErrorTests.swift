@@ -111,7 +111,7 @@ struct TestName: Sendable, CustomTestStringConvertible {
     }
 }
 
-@Suite("Protocol errors", .timeLimit(.minutes(2)))
+@Suite("Protocol errors", .timeLimit(.minutes(TestScale.minutes(2))))
 struct ProtocolErrorTests {
     @Test("Fatal bad input: ERROR (request id 0, closing flag), then EOF; other connections keep working",
           arguments: FatalInput.all)

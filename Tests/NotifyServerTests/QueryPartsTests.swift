@@ -9,7 +9,7 @@ import Testing
 /// Introspection answers longer than a frame: in parts for a client that asks for them, a clear error for one
 /// that does not (PROTOCOL.md § 6.10). Without parts, 2,000 state names of 255 bytes set by any user made
 /// `notifyctl names` fail for everyone.
-@Suite("Query answers in parts", .timeLimit(.minutes(2)))
+@Suite("Query answers in parts", .timeLimit(.minutes(TestScale.minutes(2))))
 struct QueryPartsTests {
     /// `count` names of 250 bytes, in sorted order.
     private static func longNames(_ count: Int) -> [String] {

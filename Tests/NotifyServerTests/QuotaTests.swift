@@ -8,7 +8,7 @@ import Testing
 /// Per-uid quotas (PROTOCOL.md § 11.2): connections, subscriptions and outbound bytes, with clear errors,
 /// so one user cannot exhaust the daemon for another. Root is exempt. (Retained bytes and state names are in
 /// the retained-notification and state suites.)
-@Suite("Per-uid quotas", .timeLimit(.minutes(2)))
+@Suite("Per-uid quotas", .timeLimit(.minutes(TestScale.minutes(2))))
 struct QuotaTests {
     @Test("connections-per-uid: the connection beyond the quota gets ERROR quota-exceeded as its only frame and is closed; other uids and root are not limited")
     func connections() async throws {

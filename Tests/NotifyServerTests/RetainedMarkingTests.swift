@@ -8,7 +8,7 @@ import Testing
 /// Marked retained posts (PROTOCOL.md § 6.2 marks-retained flag, § 7.11, § 9.5): a connection whose matching
 /// subscriptions include a marking one receives a post made with retain as `RETAINED(0)` instead of a
 /// `NOTIFICATION`; and a retained post keeps its relay origin.
-@Suite("Marked retained posts", .timeLimit(.minutes(1)))
+@Suite("Marked retained posts", .timeLimit(.minutes(TestScale.minutes(1))))
 struct RetainedMarkingTests {
     static let origin = RelayOrigin(host: "web-1", uid: 1_000, gid: 100, pid: 4_242, sequence: 77)
 

@@ -9,7 +9,7 @@ import Testing
 @testable import NotifyServer
 
 /// Retained notifications (PROTOCOL.md § 6.2, § 7.11, § 9.5).
-@Suite("Retained notifications", .timeLimit(.minutes(1)))
+@Suite("Retained notifications", .timeLimit(.minutes(TestScale.minutes(1))))
 struct RetainedNotificationTests {
     @Test("a new subscription with send-retained gets RETAINED before its OK, with the original sequence, sender and payload")
     func retainedBeforeOK() async throws {

@@ -10,7 +10,7 @@ import Testing
 /// The credentials the daemon must stamp on posts from this (in-process) test.
 let ownCredentials = SenderCredentials(pid: UInt32(getpid()), uid: getuid(), gid: getgid())
 
-@Suite("Routing and fan-out", .timeLimit(.minutes(2)))
+@Suite("Routing and fan-out", .timeLimit(.minutes(TestScale.minutes(2))))
 struct RoutingTests {
     @Test("A post reaches every subscriber of its name with identical bytes, and nobody else")
     func fanOutToSubscribers() async throws {

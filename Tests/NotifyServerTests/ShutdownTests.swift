@@ -7,7 +7,7 @@ import Testing
 
 @testable import NotifyServer
 
-@Suite("Shutdown", .timeLimit(.minutes(2)))
+@Suite("Shutdown", .timeLimit(.minutes(TestScale.minutes(2))))
 struct ShutdownTests {
     @Test("Graceful shutdown writes what is queued, then GOODBYE, then closes; run() returns")
     func gracefulShutdown() async throws {

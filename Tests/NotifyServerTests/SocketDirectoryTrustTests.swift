@@ -8,7 +8,7 @@ import Testing
 
 /// The daemon binds only in a directory no other user can have prepared: the `/tmp/notifyd-UID` hijack (another
 /// user creates the directory first, or makes it a link to one of theirs, and receives the posts).
-@Suite("Socket directory trust", .timeLimit(.minutes(2)))
+@Suite("Socket directory trust", .timeLimit(.minutes(TestScale.minutes(2))))
 struct SocketDirectoryTrustTests {
     /// Starting a server on `directory/notifyd.sock` must fail, naming `why`.
     private static func expectRefused(in directory: String, because why: String) async {

@@ -6,7 +6,7 @@ import Testing
 
 @testable import NotifyServer
 
-@Suite("Socket file", .timeLimit(.minutes(2)))
+@Suite("Socket file", .timeLimit(.minutes(TestScale.minutes(2))))
 struct SocketFileTests {
     @Test("A stale socket file is replaced at start, and the socket file is removed after shutdown")
     func staleSocketIsReplaced() async throws {

@@ -7,7 +7,7 @@ import Testing
 
 /// State subscriptions (PROTOCOL.md § 6.2 states flag, § 7.14 `STATE_CHANGED`, § 9.6): a connection watching a
 /// name's state value is sent every change, and on request the current values before the `OK`.
-@Suite("State subscriptions", .timeLimit(.minutes(1)))
+@Suite("State subscriptions", .timeLimit(.minutes(TestScale.minutes(1))))
 struct StateSubscriptionTests {
     @Test("changes reach a watcher by exact name and by pattern, once per change however many of its subscriptions match")
     func changesByNameAndPattern() async throws {

@@ -7,7 +7,7 @@ import Testing
 
 /// State values (PROTOCOL.md § 6.6, § 6.7, § 9.6): a `u64` per name, set by whoever may post the name,
 /// read by anyone without subscribing, limited per uid.
-@Suite("State values", .timeLimit(.minutes(1)))
+@Suite("State values", .timeLimit(.minutes(TestScale.minutes(1))))
 struct StateValueTests {
     @Test("a value set by one uid is read back by others without subscribing; 0 is a value, never-set is none")
     func roundTrip() async throws {

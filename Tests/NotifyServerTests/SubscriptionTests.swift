@@ -5,7 +5,7 @@ import Testing
 
 @testable import NotifyServer
 
-@Suite("Subscriptions", .timeLimit(.minutes(2)))
+@Suite("Subscriptions", .timeLimit(.minutes(TestScale.minutes(2))))
 struct SubscriptionTests {
     @Test("Two subscriptions of one connection to a name: one copy per post, counted once, until both are gone")
     func doubleSubscription() async throws {

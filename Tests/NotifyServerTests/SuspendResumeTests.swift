@@ -6,7 +6,7 @@ import Testing
 @testable import NotifyServer
 
 /// Suspend/resume (PROTOCOL.md § 6.8, § 6.9, § 9.4).
-@Suite("Suspend and resume", .timeLimit(.minutes(1)))
+@Suite("Suspend and resume", .timeLimit(.minutes(TestScale.minutes(1))))
 struct SuspendResumeTests {
     @Test("while suspended nothing is delivered; nested suspends need as many resumes; the last one releases what was held")
     func nested() async throws {

@@ -28,6 +28,9 @@ package enum TestScale {
     package static func count(_ count: Int) -> Int { isSanitized ? max(1, count / 10) : count }
     /// `seconds`, or six times as long under either sanitizer.
     package static func timeout(_ seconds: Double) -> Double { isSlowed ? seconds * 6 : seconds }
+    /// A suite's time limit in minutes, `minutes`, or five times as long under either sanitizer: there every test
+    /// of a run starts at once on two slowed cores, and a test that takes 5 s alone can finish after 90 s.
+    package static func minutes(_ minutes: Int) -> Int { isSlowed ? minutes * 5 : minutes }
 }
 
 extension Duration {

@@ -12,7 +12,7 @@ import Testing
 ///
 /// Handlers run `.immediate` (on the I/O thread, in arrival order), so when `synchronize()` returns, every
 /// notification that arrived before the daemon's `PONG` has been handed to its handler.
-@Suite("Client library: patterns, current values, state, suspension, merges, drops, introspection", .timeLimit(.minutes(1)))
+@Suite("Client library: patterns, current values, state, suspension, merges, drops, introspection", .timeLimit(.minutes(TestScale.minutes(1))))
 struct ClientFeatureTests {
     /// Collects the events of a center from now on.
     static func collectEvents(_ center: NotifyCenter) -> (Collector<ConnectionEvent>, Task<Void, Never>) {

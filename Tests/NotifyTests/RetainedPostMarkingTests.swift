@@ -9,7 +9,7 @@ import Testing
 
 /// `ObservationOptions.marksRetainedPosts` (PROTOCOL.md § 6.2 marks-retained flag, § 9.5): observations that ask
 /// are told which posts were made with retain; and the origin of a relayed retained notification is reported.
-@Suite("Marking retained posts", .timeLimit(.minutes(1)))
+@Suite("Marking retained posts", .timeLimit(.minutes(TestScale.minutes(1))))
 struct RetainedPostMarkingTests {
     @Test("isRetainedPost is true for posts made with retain, false for others, on the requested target; unmarked observations see false")
     func marksOnTarget() async throws {

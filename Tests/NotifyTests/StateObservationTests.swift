@@ -9,7 +9,7 @@ import Testing
 
 /// `observeStates` (PROTOCOL.md § 6.2 states flag, § 7.14): state changes and current values reach their
 /// observations on the requested target, and a reconnection keeps them.
-@Suite("Observing state values", .timeLimit(.minutes(1)))
+@Suite("Observing state values", .timeLimit(.minutes(TestScale.minutes(1))))
 struct StateObservationTests {
     @Test("changes by name and pattern reach the handler on its target, with the setter; posts do not")
     func changesOnTarget() async throws {
