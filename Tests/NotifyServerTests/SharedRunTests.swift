@@ -188,16 +188,44 @@ struct SharedRunTests {
         }
     }
 
+    /// Reads everything that comes, once reading is switched on, and says when `target` bytes have come.
+    private final class DrainCounter: ChannelInboundHandler, @unchecked Sendable {
+        // Used on the channel's event loop only.
+        typealias InboundIn = ByteBuffer
+        let target: Int
+        let drained: EventLoopPromise<Void>
+        private var total = 0
+
+        init(target: Int, drained: EventLoopPromise<Void>) {
+            self.target = target
+            self.drained = drained
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            total += unwrapInboundIn(data).readableBytes
+            if total >= target { drained.succeed(()) }
+        }
+    }
+
     private static func checkMarker(on loop: EventLoop) async throws {
         var pair: [CInt] = [-1, -1]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
-        let reader = pair[1]
-        defer { close(reader) }
         // A send buffer of known size: 4 MiB cannot fit it whatever the host's default.
         var sendBuffer: CInt = 64 * 1024
         try #require(setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &sendBuffer, socklen_t(MemoryLayout<CInt>.size)) == 0)
         let channel = try await ClientBootstrap(group: loop).withConnectedSocket(pair[0]).get()
         defer { channel.close(promise: nil) }
+        // The other end reads through the event loop too (no thread of the tests' pool blocked on a read), and only
+        // once told to.
+        let big = 4 << 20
+        let counter = DrainCounter(target: 3_000 + big, drained: loop.makePromise())
+        let reader = try await ClientBootstrap(group: loop)
+            .channelOption(ChannelOptions.autoRead, value: false)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(counter) }
+            }
+            .withConnectedSocket(pair[1]).get()
+        defer { reader.close(promise: nil) }
         let box = QueueBox()
 
         let small = try await loop.submit {
@@ -207,7 +235,6 @@ struct SharedRunTests {
         #expect(small, "3,000 bytes fit the socket's buffer")
 
         // 4 MiB do not, while nobody reads: the write is left to finish later, after which a barrier completes.
-        let big = 4 << 20
         let (completed, written) = try await loop.submit {
             box.queue.appendShared(ByteBuffer(repeating: 2, count: big))
             let completed = box.flush(channel)
@@ -216,18 +243,12 @@ struct SharedRunTests {
             return (completed, written.futureResult)
         }.get()
         #expect(!completed, "4 MiB cannot all be in the socket's buffer")
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        var total = 0
-        while total < 3_000 + big {
-            var poller = pollfd(fd: reader, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&poller, 1, 10_000)
-            if ready < 0, errno == EINTR { continue }
-            try #require(ready == 1, "no bytes for 10 s after \(total)")
-            let count = read(reader, &buffer, buffer.count)
-            if count < 0, errno == EINTR { continue }
-            try #require(count > 0, "read: \(count), errno \(errno)")
-            total += count
+        let deadline = loop.scheduleTask(in: defaultTimeout) {
+            counter.drained.fail(TestFailure("the reader did not get \(counter.target) bytes in \(defaultTimeout.secondsDescription)"))
         }
+        try await reader.setOption(ChannelOptions.autoRead, value: true).get()
+        try await counter.drained.futureResult.get()
+        deadline.cancel()
         try await written.get()
 
         let afterwards = try await loop.submit {
