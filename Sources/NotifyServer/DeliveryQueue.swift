@@ -287,10 +287,12 @@ struct DeliveryQueue {
 
     /// Hands the unflushed bytes to `write` (they stay counted until ``completeWrite(_:)``); see
     /// ``OutboundQueue/handOver(_:)``.
-    mutating func handOver(_ write: (ByteBuffer) -> Void) -> Int { outbound.handOver(write) }
+    mutating func handOver(_ write: (ByteBuffer) -> Void) -> OutboundQueue.HandOver { outbound.handOver(write) }
 
-    /// See ``OutboundQueue/settleHandOver()``.
-    mutating func settleHandOver() -> Bool { outbound.settleHandOver() }
+    /// See ``OutboundQueue/settleHandOver(_:)``.
+    mutating func settleHandOver(_ handOver: inout OutboundQueue.HandOver) -> Bool {
+        outbound.settleHandOver(&handOver)
+    }
 
     /// Records that `count` bytes handed out were written or discarded.
     mutating func completeWrite(_ count: Int) {

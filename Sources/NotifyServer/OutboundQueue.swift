@@ -18,8 +18,6 @@ struct OutboundQueue {
     private var segmentBytes = 0
     /// Bytes handed to the channel whose writes have not completed.
     private(set) var inFlightBytes = 0
-    /// The segments of the last hand-over, until it is known whether the channel wrote them at once.
-    private var handedOver: [ByteBuffer] = []
     /// The batches the channel did not finish writing when it took them, oldest first: their storage is shared
     /// with the channel, so keeping them costs nothing, and a hand-over reads the bytes never written from them.
     /// Each with the time it was handed over: a clock read per write that did not finish at once, for the
@@ -95,29 +93,31 @@ struct OutboundQueue {
     /// everything once it holds no reference to it (it keeps an empty write in order, as it does any other).
     /// Made when first needed: most connections never receive a shared run.
     private var marker: ByteBuffer?
-    /// The last hand-over ended with the marker rather than a batch of this queue's own.
-    private var handOverEndsWithMarker = false
+
+    /// What one hand-over gave the channel, until ``settleHandOver(_:)``. Hand-overs may nest (a write that fails
+    /// makes NIO read the channel at once, and what is read may flush the same peer), so each keeps its own.
+    struct HandOver {
+        fileprivate var shared: [ByteBuffer]
+        /// The own batch written last; `nil` when the marker was.
+        fileprivate var own: ByteBuffer?
+        /// Bytes handed over.
+        let count: Int
+    }
 
     /// Hands the unflushed bytes to `write`, segment by segment in order, counting them as in flight; then
-    /// ``settleHandOver()`` tells whether the channel wrote them all at once.
-    ///
-    /// - Returns: how many bytes were handed over.
-    mutating func handOver(_ write: (ByteBuffer) -> Void) -> Int {
-        // Settled before the next: a hand-over inside another would write the other's segments again.
-        precondition(handedOver.isEmpty, "a hand-over before the last was settled")
+    /// ``settleHandOver(_:)`` tells whether the channel wrote them all at once.
+    mutating func handOver(_ write: (ByteBuffer) -> Void) -> HandOver {
         let count = unflushedBytes
         inFlightBytes += count
-        // `handedOver` is empty (each hand-over is settled): the segments move there, and the array it held
-        // takes the next ones.
-        swap(&segments, &handedOver)
-        segmentBytes = 0
+        var shared: [ByteBuffer] = []
+        if !segments.isEmpty {
+            swap(&shared, &segments)
+            segmentBytes = 0
+        }
         // The last write is always storage of this queue's own, whose references tell when the write is done.
-        handOverEndsWithMarker = buffer.readableBytes == 0
-        if handOverEndsWithMarker {
-            // Storage of its own: every buffer of capacity 0 shares one.
-            if marker == nil { marker = allocator.buffer(capacity: 1) }
-        } else {
-            handedOver.append(buffer)
+        var own: ByteBuffer?
+        if buffer.readableBytes > 0 {
+            own = buffer
             // The batch belongs to the channel until it is written; the next one starts in the spare storage, or
             // in storage sized like this one once its first frame comes.
             if let spare = spare.take() {
@@ -126,32 +126,38 @@ struct OutboundQueue {
                 nextBatchCapacity = min(max(buffer.readableBytes, 256), batchCapacityLimit)
                 buffer = allocator.buffer(capacity: 0)
             }
+        } else if marker == nil {
+            // Storage of its own: every buffer of capacity 0 shares one.
+            marker = allocator.buffer(capacity: 1)
         }
-        // Everything is in `handedOver` before the first write: a hand-over inside a write finds it not empty.
-        for bytes in handedOver { write(bytes) }
-        if handOverEndsWithMarker { write(marker!) }
-        return count
+        for bytes in shared { write(bytes) }
+        write(own ?? marker!)
+        return HandOver(shared: shared, own: own, count: count)
     }
 
     /// Ends a hand-over: a write the channel completed within its call gives its own storage back for a later
     /// batch; one it did not is kept (``owedBytes(unwrittenInChannel:)``) until ``completeWrite(_:)``.
     ///
     /// - Returns: whether the channel wrote (or discarded) everything handed over: it holds none of it.
-    mutating func settleHandOver() -> Bool {
+    mutating func settleHandOver(_ handOver: inout HandOver) -> Bool {
+        // In place: a copy of the hand-over would be a second reference to the batch it checks.
         let completed: Bool
-        if handOverEndsWithMarker {
-            completed = marker!.modifyIfUniquelyOwned { _ in } != nil
+        if handOver.own != nil {
+            completed = handOver.own!.modifyIfUniquelyOwned { $0.clear() } != nil
+            if completed, spare == nil, handOver.own!.capacity <= Self.spareCapacityLimit { spare = handOver.own.take() }
         } else {
-            completed = handedOver[handedOver.count - 1].modifyIfUniquelyOwned { $0.clear() } != nil
-            if completed, spare == nil, handedOver[handedOver.count - 1].capacity <= Self.spareCapacityLimit {
-                spare = handedOver.removeLast()
-            }
+            completed = marker!.modifyIfUniquelyOwned { _ in } != nil
         }
         if completed {
-            handedOver.removeAll(keepingCapacity: true)
+            // The array's storage takes the next segments.
+            if segments.isEmpty, segments.capacity == 0, handOver.shared.capacity > 0 {
+                handOver.shared.removeAll(keepingCapacity: true)
+                swap(&segments, &handOver.shared)
+            }
         } else {
-            unfinishedBatches.append((handedOver, .now()))
-            handedOver = []
+            var kept = handOver.shared
+            if let own = handOver.own { kept.append(own) }
+            unfinishedBatches.append((kept, .now()))
         }
         return completed
     }

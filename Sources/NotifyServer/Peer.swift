@@ -265,12 +265,15 @@ final class Peer {
             return
         }
         if queue.hasUnflushedBytes {
-            let count = queue.handOver { transport.write($0) }
+            var handOver = queue.handOver { transport.write($0) }
+            let count = handOver.count
+            // A failed write can make NIO read this channel inside the flush, and what it reads flush this peer
+            // again: that hand-over is its own, settled before this one.
             transport.flush()
             // Most writes finish inside this call, so they are written without a promise: if the channel no
             // longer holds the last of them afterwards, they were written (and the batch's storage takes the next
             // one). Only a write the channel could not finish gets a completion, after everything before it.
-            if queue.settleHandOver() {
+            if queue.settleHandOver(&handOver) {
                 writeCompleted(count)
             } else {
                 transport.whenWritten { [self] in writeCompleted(count) }

@@ -113,11 +113,12 @@ struct SharedRunTests {
 
         // A channel that keeps everything it is given: the write is not finished.
         var channel: [ByteBuffer] = []
-        let count = queue.handOver { channel.append($0) }
+        var first = queue.handOver { channel.append($0) }
+        let count = first.count
         #expect(count == 3_003)
         #expect(channel.map(\.readableBytes) == [2, 3_000, 1])
         #expect(Self.address(channel[1]) == Self.address(shared), "written from its own storage, not copied")
-        let firstCompleted = queue.settleHandOver()
+        let firstCompleted = queue.settleHandOver(&first)
         #expect(!firstCompleted, "the channel still holds the bytes")
         #expect(queue.pendingBytes == 3_003)
         // 1,001 bytes not yet written to the socket: the last of the batch.
@@ -128,16 +129,41 @@ struct SharedRunTests {
 
         // Shared bytes alone: the queue's marker tells whether the channel finished the write.
         queue.appendShared(shared)
-        _ = queue.handOver { channel.append($0) }
+        var second = queue.handOver { channel.append($0) }
         #expect(channel.map(\.readableBytes) == [3_000, 0])
-        let secondCompleted = queue.settleHandOver()
+        let secondCompleted = queue.settleHandOver(&second)
         #expect(!secondCompleted)
         channel.removeAll()
         queue.completeWrite(3_000)
         queue.appendShared(shared)
-        _ = queue.handOver { _ in }
-        let thirdCompleted = queue.settleHandOver()
+        var third = queue.handOver { _ in }
+        let thirdCompleted = queue.settleHandOver(&third)
         #expect(thirdCompleted, "a channel that let go of everything wrote it")
+    }
+
+    @Test("a hand-over inside another (NIO reads the channel inside a failed write's flush) is settled on its own, and the counts stay right")
+    func nestedHandOvers() {
+        var queue = OutboundQueue(allocator: ByteBufferAllocator(), batchCapacityLimit: 64 * 1024)
+        var channel: [ByteBuffer] = []
+        queue.appendShared(ByteBuffer(repeating: 1, count: 3_000))
+        var outer = queue.handOver { channel.append($0) }
+        // Inside the outer flush: the peer's request is served and its reply flushed.
+        queue.append(ByteBuffer(repeating: 2, count: 10))
+        var inner = queue.handOver { channel.append($0) }
+        let (outerCount, innerCount) = (outer.count, inner.count)
+        let innerCompleted = queue.settleHandOver(&inner)
+        let outerCompleted = queue.settleHandOver(&outer)
+        #expect(!innerCompleted && !outerCompleted, "the channel holds both")
+        #expect(channel.map(\.readableBytes) == [3_000, 0, 10])
+        #expect(queue.pendingBytes == 3_010)
+        channel.removeAll()
+        queue.completeWrite(innerCount)
+        queue.completeWrite(outerCount)
+        #expect(queue.pendingBytes == 0)
+        queue.append(ByteBuffer(repeating: 3, count: 10))
+        var last = queue.handOver { _ in }
+        let lastCompleted = queue.settleHandOver(&last)
+        #expect(lastCompleted)
     }
 
     @Test("frames queued before a shared run go out in storage of their size: a stopped peer keeps no batch's worth per run")
@@ -145,8 +171,9 @@ struct SharedRunTests {
         var queue = OutboundQueue(allocator: ByteBufferAllocator(), batchCapacityLimit: 288 * 1024)
         // A large batch, written at once: the next batch is given storage of its size up front.
         queue.append(ByteBuffer(repeating: 0, count: 200_000))
-        let count = queue.handOver { _ in }
-        let completed = queue.settleHandOver()
+        var batch = queue.handOver { _ in }
+        let count = batch.count
+        let completed = queue.settleHandOver(&batch)
         #expect(completed)
         queue.completeWrite(count)
 
@@ -180,9 +207,10 @@ struct SharedRunTests {
 
         /// Hands everything queued to `channel` as `Peer.flush` does; whether the write completed within the call.
         func flush(_ channel: Channel) -> Bool {
-            let count = queue.handOver { channel.write($0, promise: nil) }
+            var handOver = queue.handOver { channel.write($0, promise: nil) }
+            let count = handOver.count
             channel.flush()
-            let completed = queue.settleHandOver()
+            let completed = queue.settleHandOver(&handOver)
             if completed { queue.completeWrite(count) }
             return completed
         }
