@@ -62,11 +62,10 @@ struct OutboundQueue {
                 var frames = allocator.buffer(capacity: buffer.readableBytes)
                 frames.writeImmutableBuffer(buffer)
                 segments.append(frames)
-                buffer = spare.take() ?? allocator.buffer(capacity: 0)
             } else {
                 segments.append(buffer)
-                buffer = spare.take() ?? allocator.buffer(capacity: 0)
             }
+            buffer = spare.take() ?? allocator.buffer(capacity: 0)
         }
         segmentBytes += bytes.readableBytes
         segments.append(bytes)
