@@ -46,6 +46,8 @@ final class BridgeMetrics: Sendable {
         case .stateRefused: return ("refused", refused, "state_daemon")
         case .bucketInvalid: return ("refused", refused, "bucket_invalid")
         case .bucketWatchRestarts: return ("bucket_watch_restarts", "Times the key-value bucket's watch failed and started again.", nil)
+        case .bucketReplaced:
+            return ("bucket_replaced", "Times the key-value bucket was found deleted and created again.", nil)
         case .importSkippedOwn: return nil
         }
     }

@@ -50,6 +50,9 @@ package enum BridgeCounter: Int, CaseIterable, Sendable {
     case bucketInvalid
     /// Times the bucket's watch failed and was started again.
     case bucketWatchRestarts
+    /// Times the bucket was found deleted and created again (its revisions started over): the bridge forgot what it
+    /// knew of the old one and put this host's values into the new one.
+    case bucketReplaced
 
     /// The counter's name: the case name.
     var key: String { "\(self)" }

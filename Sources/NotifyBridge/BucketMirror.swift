@@ -23,7 +23,9 @@ enum MirroredValue: Sendable {
 /// ``MirrorLedger`` decided them, so hosts that write one name at once converge on the bucket's last entry (a
 /// bridge running behind may see only the last of a key's quick changes, which a bucket of history 1 keeps). What
 /// the bridge sets or posts is not sent back to it (`HELLO`'s no-echo), so nothing loops. When the local daemon
-/// restarts (its values gone) or the watch fails, the mirror starts over from the bucket's current entries.
+/// restarts (its values gone) or the watch fails, the mirror starts over from the bucket's current entries; a bucket
+/// deleted and created again (its revisions start over) is treated as a new one: the mirror forgets what it knew of
+/// the old one and puts this host's values into it, as a bridge starting against it would.
 final class BucketMirror: Sendable {
     /// One put: the latest for its key replaces any still waiting.
     struct Put: Sendable {
@@ -107,9 +109,19 @@ final class BucketMirror: Sendable {
             var exporting = false
             var restarted = false
             var delay = Duration.milliseconds(100)
+            // When the stream of the bucket last opened was created.
+            var openedStream: String?
             while !Task.isCancelled {
                 guard let kv = await openBucket() else { break }
-                let watching = await session(kv, startExporting: !exporting, afterRestart: restarted)
+                let replaced = openedStream != nil && kv.streamCreated != nil && kv.streamCreated != openedStream
+                openedStream = kv.streamCreated ?? openedStream
+                if replaced {
+                    counters.bump(.bucketReplaced)
+                    logger.warning(
+                        "the key-value bucket \(bucket) was deleted and created again: starting over from its entries and putting this host's values into it")
+                }
+                let watching = await session(
+                    kv, startExporting: !exporting, afterRestart: restarted, bucketReplaced: replaced)
                 exporting = true
                 restarted = watching
                 if Task.isCancelled { break }
@@ -128,10 +140,16 @@ final class BucketMirror: Sendable {
 
     /// Applies the bucket's entries until the watch ends or a restart is asked for.
     ///
+    /// - Parameter bucketReplaced: the bucket is not the one the last session watched (deleted and created again):
+    ///   its revisions start over, and it holds none of the old one's entries.
     /// - Returns: whether it ended for a restart (true) rather than a failure of the watch.
-    private func session(_ kv: NATSKeyValue, startExporting: Bool, afterRestart: Bool) async -> Bool {
-        // The daemon lost everything: every entry applies again, this host's own last puts included.
-        if afterRestart { ledger.withLockedValue { $0 = MirrorLedger() } }
+    private func session(
+        _ kv: NATSKeyValue, startExporting: Bool, afterRestart: Bool, bucketReplaced: Bool
+    ) async -> Bool {
+        // The daemon lost everything: every entry applies again, this host's own last puts included. A new bucket's
+        // revisions are not comparable with the old one's, and it holds nothing the old one did.
+        if afterRestart || bucketReplaced { ledger.withLockedValue { $0 = MirrorLedger() } }
+        if bucketReplaced { bucketValues.withLockedValue { $0 = [:] } }
         restoringOwn.withLockedValue { $0 = afterRestart }
         return await withTaskGroup(of: Bool.self) { group in
             let initialValuesDone = AsyncStream<Void>.makeStream()
@@ -155,17 +173,11 @@ final class BucketMirror: Sendable {
                 // Only now: a put made before the bucket's entries were applied could lose to them locally and
                 // win in the bucket.
                 putTask.withLockedValue { $0 = Task { await self.putValues(into: kv) } }
+            }
+            if startExporting || bucketReplaced {
+                // What this host holds, put as a bridge starting now would put it.
                 startExportingStates()
-                // Retained notifications posted here while no bridge ran (relayed ones came from elsewhere).
-                for notification in await currentRetained(matching: bridge.exportPatterns)
-                where notification.origin == nil {
-                    enqueue(
-                        Put(
-                            name: notification.name, kind: .retained,
-                            bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) },
-                            origin: bridge.origin(of: notification), onlyIfAbsent: isImported(notification.name),
-                            skipIfSamePost: true))
-                }
+                await putLocalRetained()
             }
             group.addTask {
                 for await _ in self.restarts.stream { return true }
@@ -323,7 +335,27 @@ final class BucketMirror: Sendable {
                 bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) }, origin: bridge.origin(of: notification)))
     }
 
+    /// The retained notifications posted on this host (relayed ones came from elsewhere), for the bucket.
+    private func putLocalRetained() async {
+        for notification in await currentRetained(matching: bridge.exportPatterns) where notification.origin == nil {
+            enqueue(
+                Put(
+                    name: notification.name, kind: .retained,
+                    bytes: notification.withPayloadBytes { ByteBuffer(bytes: $0) },
+                    origin: bridge.origin(of: notification), onlyIfAbsent: isImported(notification.name),
+                    skipIfSamePost: true))
+        }
+    }
+
+    /// Observes the exported names' state values, each one set locally to be put into the bucket; the current ones
+    /// first. Started again for a replaced bucket (the observations before are cancelled), so that it gets them all.
     private func startExportingStates() {
+        for observation in observations.withLockedValue({ observations in
+            defer { observations = [] }
+            return observations
+        }) {
+            observation.cancel()
+        }
         let patterns = bridge.exportPatterns
         for (index, pattern) in patterns.enumerated() {
             let earlier = Array(patterns[..<index])

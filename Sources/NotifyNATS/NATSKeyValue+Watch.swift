@@ -16,8 +16,9 @@ package enum NATSKeyValueWatchEvent: Equatable, Sendable {
 /// The watch survives lost connections and server restarts: its server-side consumer is recreated to start after
 /// the last revision delivered, so no change still in the bucket is skipped and none is delivered twice. It ends
 /// with an error when the client is closed (``NATSClientError/closed``) or the bucket disappears
-/// (``NATSKeyValueError/bucketNotFound(_:)``), also when it was deleted and created again before the watch
-/// noticed (the new bucket's revisions start over, so the watch cannot go on from its last one).
+/// (``NATSKeyValueError/bucketNotFound(_:)``), also when it was deleted and created again since the
+/// ``NATSKeyValue`` was opened (the new bucket's revisions start over, so neither the watch nor its user can go on
+/// from the last one they saw).
 /// Call ``stop()`` (or cancel the task that iterates) to end it; merely leaving a `for` loop does not.
 package struct NATSKeyValueWatch: AsyncSequence, Sendable {
     /// The events.
@@ -72,7 +73,8 @@ final class NATSKeyValueWatcher: Sendable {
 
     private struct State {
         var sequencer = NATSKeyValueWatchSequencer()
-        /// When the bucket's stream was created, as the first consumer found it.
+        /// When the bucket's stream was created: as the bucket was opened (a watch of a ``NATSKeyValue`` is of the
+        /// stream it was opened on), or, if that is unknown, as the first consumer found it.
         var streamCreated: String?
         var subscription: NATSClient.Subscription?
         var consumer: String?
@@ -87,7 +89,7 @@ final class NATSKeyValueWatcher: Sendable {
     let keyValue: NATSKeyValue
     let filter: String
     private let continuation: AsyncThrowingStream<NATSKeyValueWatchEvent, any Error>.Continuation
-    private let state = NIOLockedValueBox(State())
+    private let state: NIOLockedValueBox<State>
     private var client: NATSClient { keyValue.jetStream.client }
 
     init(
@@ -97,6 +99,9 @@ final class NATSKeyValueWatcher: Sendable {
         self.keyValue = keyValue
         self.filter = filter
         self.continuation = continuation
+        var initial = State()
+        initial.streamCreated = keyValue.streamCreated
+        state = NIOLockedValueBox(initial)
     }
 
     func start() async throws {
@@ -254,8 +259,9 @@ final class NATSKeyValueWatcher: Sendable {
         }
     }
 
-    /// Throws ``NATSKeyValueError/bucketNotFound(_:)`` if the bucket's stream is not the one the watch began on (it
-    /// was deleted and created again meanwhile); the first call records the stream the watch begins on.
+    /// Throws ``NATSKeyValueError/bucketNotFound(_:)`` if the bucket's stream is not the one the watch is of (it
+    /// was deleted and created again meanwhile, even before the watch began); the first call records the stream if
+    /// opening the bucket did not.
     private func checkStreamIsTheSame() async throws {
         guard let created = try await keyValue.jetStream.streamInfo(keyValue.streamName).created else { return }
         let replaced = state.withLockedValue { state -> Bool in

@@ -110,11 +110,16 @@ package struct NATSKeyValue: Sendable {
     let subjectPrefix: String
     /// Whether the stream answers direct gets (`allow_direct`).
     let direct: Bool
+    /// When the bucket's stream was created (the server's timestamp, as sent), as found when the bucket was opened;
+    /// `nil` if the server did not say. A bucket deleted and created again is another stream under the same name,
+    /// whose revisions start over: a user of the bucket compares this to tell.
+    package let streamCreated: String?
 
-    init(bucket: String, jetStream: NATSJetStream, direct: Bool) {
+    init(bucket: String, jetStream: NATSJetStream, direct: Bool, streamCreated: String?) {
         self.bucket = bucket
         streamName = "KV_" + bucket
         self.jetStream = jetStream
+        self.streamCreated = streamCreated
         subjectPrefix = "$KV.\(bucket)."
         self.direct = direct
     }
@@ -170,7 +175,8 @@ package struct NATSKeyValue: Sendable {
             }
         }
         guard (info.config.maxMsgsPerSubject ?? 0) >= 1 else { throw NATSKeyValueError.badBucket(bucket) }
-        return NATSKeyValue(bucket: bucket, jetStream: jetStream, direct: info.config.allowDirect ?? false)
+        return NATSKeyValue(
+            bucket: bucket, jetStream: jetStream, direct: info.config.allowDirect ?? false, streamCreated: info.created)
     }
 
     /// Puts `value` under `key`, with `headers` if any (they come back with the value from ``get(_:)`` and

@@ -265,4 +265,61 @@ struct BridgeBucketTests {
             await nats.close()
         }
     }
+
+    @Test("a bucket deleted and created again under running bridges gets each host's values back, and changes cross it both ways although its revisions started over")
+    func survivesReplacedBucket() async throws {
+        try await withIntegrationScope { scope in
+            let server = try await jetStreamServer(in: scope)
+            let (socketA, centerA) = try await startHostA(in: scope)
+            let bridgeA = try launchBucketBridge(in: scope, socket: socketA, server: server, hostID: "host-a")
+            defer { bridgeA.send(SIGKILL) }
+            try await bridgeA.waitForLine(containing: "applied the current entries")
+            _ = try await scope.startDaemon()
+            let centerB = try await NotifyCenter.connect(configuration: .init(socketPath: scope.socketPath))
+            let bridgeB = try launchBucketBridge(in: scope, socket: scope.socketPath, server: server, hostID: "host-b")
+            defer { bridgeB.send(SIGKILL) }
+            try await bridgeB.waitForLine(containing: "applied the current entries")
+
+            // Puts from elsewhere first (one key, so the new bucket gets it back once), so that host a's put of the
+            // level has a revision the new bucket's first puts do not reach.
+            let nats = try await NATSClient.connected(to: [server.url])
+            let kv = try await nats.keyValue(bucket: "fleet", createIfMissing: false)
+            for k in 1...20 { _ = try await kv.put("state.org.example.filler", value: Array("\(k)".utf8)) }
+            try await waitForState("org.example.filler", 20, on: centerA, "host a")
+            try await centerA.setState(5, for: "org.example.level")
+            _ = try await centerA.postAndWait("org.example.banner", text: "hello", retain: true)
+            try await waitForState("org.example.level", 5, on: centerB, "host b")
+            let oldRevision = try #require(try await kv.get("state.org.example.level")?.revision)
+            #expect(oldRevision > 20)
+
+            // Deleted and created again at once, as an administrator resetting it would.
+            let deleted = try await nats.request("$JS.API.STREAM.DELETE.KV_fleet")
+            #expect(String(buffer: deleted.payload).contains("\"success\":true"), "\(String(buffer: deleted.payload))")
+            let fresh = try await nats.keyValue(bucket: "fleet")
+            for (bridge, host) in [(bridgeA, "host a"), (bridgeB, "host b")] {
+                // The watch notices when its consumer's heartbeats stop (about 10 s).
+                _ = try await poll("\(host)'s bridge to find the bucket replaced", timeout: 60) {
+                    (try await statistics(of: bridge)["bucket_replaced"] ?? 0) >= 1 ? true : nil
+                }
+            }
+
+            // Host a's own values are in the new bucket again, as a bridge starting against it would put them.
+            _ = try await poll("host a's values in the new bucket", timeout: 20) { () async throws -> Bool? in
+                let level = try await fresh.get("state.org.example.level").map { String(buffer: $0.value) }
+                let banner = try await fresh.get("retained.org.example.banner")
+                guard level == "5", let banner, String(buffer: banner.value) == "hello" else { return nil }
+                return banner.headers?["Notifyd-Origin-Host"] == "host-a" ? true : nil
+            }
+            // Changes cross the new bucket both ways, at revisions below the old bucket's.
+            try await centerB.setState(9, for: "org.example.level")
+            try await waitForState("org.example.level", 9, on: centerA, "host a")
+            try await centerA.setState(2, for: "org.example.other")
+            try await waitForState("org.example.other", 2, on: centerB, "host b")
+            let newRevision = try #require(try await fresh.get("state.org.example.level")?.revision)
+            #expect(newRevision < oldRevision, "the new bucket's revisions started over")
+            await centerA.close()
+            await centerB.close()
+            await nats.close()
+        }
+    }
 }
