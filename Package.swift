@@ -208,7 +208,13 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "NotifyBridgeTests", dependencies: ["NotifyBridge", "NotifyNATS"]),
+        .testTarget(
+            name: "NotifyBridgeTests",
+            dependencies: [
+                "NotifyBridge", "NotifyNATS", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "OrderedCollections", package: "swift-collections"),
+            ]
+        ),
         .testTarget(
             name: "NotifySystemdTests",
             dependencies: ["NotifySystemd", "NotifyTestSupport", .product(name: "Logging", package: "swift-log")]

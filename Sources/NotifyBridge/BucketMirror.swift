@@ -91,8 +91,32 @@ final class BucketMirror: Sendable {
     }
 
     private func enqueue(_ put: Put) {
-        waiting.withLockedValue { $0[BucketKey.key(put.kind, name: put.name)] = put }
+        waiting.withLockedValue { Self.wait(put, under: BucketKey.key(put.kind, name: put.name), in: &$0) }
         wake.continuation.yield()
+    }
+
+    /// Makes `put` the key's waiting put, keeping what a waiting one asked: a change made here must not become a
+    /// put only if absent because a current value (a re-seed, ``startExportingStates()``) came after it, or the
+    /// bucket's older value would win.
+    static func wait(_ put: Put, under key: String, in waiting: inout OrderedDictionary<String, Put>) {
+        var put = put
+        if let earlier = waiting[key] {
+            put.onlyIfAbsent = put.onlyIfAbsent && earlier.onlyIfAbsent
+            put.skipIfSamePost = put.skipIfSamePost && earlier.skipIfSamePost
+        }
+        waiting[key] = put
+    }
+
+    /// Puts `put`, which failed, back to be tried again, unless a newer put of its key waits: that one then keeps
+    /// what this one asked, as in ``wait(_:under:in:)``.
+    static func retry(_ put: Put, under key: String, in waiting: inout OrderedDictionary<String, Put>) {
+        guard var newer = waiting[key] else {
+            waiting[key] = put
+            return
+        }
+        newer.onlyIfAbsent = newer.onlyIfAbsent && put.onlyIfAbsent
+        newer.skipIfSamePost = newer.skipIfSamePost && put.skipIfSamePost
+        waiting[key] = newer
     }
 
     /// The local daemon restarted (its state values and retained notifications are gone): start over from the
@@ -140,15 +164,15 @@ final class BucketMirror: Sendable {
 
     /// Applies the bucket's entries until the watch ends or a restart is asked for.
     ///
-    /// - Parameter bucketReplaced: the bucket is not the one the last session watched (deleted and created again):
-    ///   its revisions start over, and it holds none of the old one's entries.
+    /// - Parameter bucketReplaced: the bucket is not the one opened last (deleted and created again): its revisions
+    ///   start over, and it holds none of the old one's entries.
     /// - Returns: whether it ended for a restart (true) rather than a failure of the watch.
     private func session(
         _ kv: NATSKeyValue, startExporting: Bool, afterRestart: Bool, bucketReplaced: Bool
     ) async -> Bool {
         // The daemon lost everything: every entry applies again, this host's own last puts included. A new bucket's
         // revisions are not comparable with the old one's, and it holds nothing the old one did.
-        if afterRestart || bucketReplaced { ledger.withLockedValue { $0 = MirrorLedger() } }
+        if afterRestart || bucketReplaced { ledger.withLockedValue { $0.forgetRevisions() } }
         if bucketReplaced { bucketValues.withLockedValue { $0 = [:] } }
         restoringOwn.withLockedValue { $0 = afterRestart }
         return await withTaskGroup(of: Bool.self) { group in
@@ -168,6 +192,12 @@ final class BucketMirror: Sendable {
                 for await _ in initialValuesDone.stream { break }
                 restoringOwn.withLockedValue { $0 = false }
                 logger.info("applied the current entries of the key-value bucket \(bucket)")
+            } else {
+                // No watch to end when the bucket is deleted (and perhaps created again): asked instead.
+                group.addTask {
+                    await self.waitUntilGone(kv)
+                    return false
+                }
             }
             if startExporting {
                 // Only now: a put made before the bucket's entries were applied could lose to them locally and
@@ -186,6 +216,22 @@ final class BucketMirror: Sendable {
             let outcome = await group.next() ?? false
             group.cancelAll()
             return outcome
+        }
+    }
+
+    /// How often a bridge that imports nothing asks whether the bucket is still the one it opened.
+    static let bucketCheckInterval = Duration.seconds(5)
+
+    /// Returns once `kv`'s stream is gone or replaced (or the task is cancelled).
+    private func waitUntilGone(_ kv: NATSKeyValue) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: Self.bucketCheckInterval)
+            if Task.isCancelled { return }
+            // NATS unreachable says nothing about the bucket: asked again later.
+            if (try? await kv.isStreamOpened()) == false {
+                logger.warning("the key-value bucket \(bucket) is gone or was created again: opening it again")
+                return
+            }
         }
     }
 
@@ -350,12 +396,12 @@ final class BucketMirror: Sendable {
     /// Observes the exported names' state values, each one set locally to be put into the bucket; the current ones
     /// first. Started again for a replaced bucket (the observations before are cancelled), so that it gets them all.
     private func startExportingStates() {
-        for observation in observations.withLockedValue({ observations in
+        // Cancelled only once the new ones observe: a value set in between reaches one of them.
+        let earlierObservations = observations.withLockedValue { observations in
             defer { observations = [] }
             return observations
-        }) {
-            observation.cancel()
         }
+        defer { for observation in earlierObservations { observation.cancel() } }
         let patterns = bridge.exportPatterns
         for (index, pattern) in patterns.enumerated() {
             let earlier = Array(patterns[..<index])
@@ -417,7 +463,7 @@ final class BucketMirror: Sendable {
                     logger.warning("cannot put \(key) into \(bucket): \(error)")
                     if Self.isTransient(error) {
                         // NATS or JetStream unreachable: tried again unless a newer value for the key waits.
-                        waiting.withLockedValue { if $0[key] == nil { $0[key] = put } }
+                        waiting.withLockedValue { Self.retry(put, under: key, in: &$0) }
                         try? await Task.sleep(for: .milliseconds(500))
                     }
                 }

@@ -17,6 +17,18 @@ package struct MirrorLedger<Value: Sendable>: Sendable {
 
     package init() {}
 
+    /// Forgets every revision (the bucket's revisions start over, or every entry is to apply again), keeping the
+    /// puts still in flight: each one's revision, when it comes, still decides against the entries that arrived
+    /// meanwhile.
+    package mutating func forgetRevisions() {
+        keys = keys.filter { $0.value.putsInFlight > 0 }.mapValues { state in
+            var state = state
+            state.lastPut = 0
+            state.waiting = nil
+            return state
+        }
+    }
+
     /// This host is about to put `key`.
     package mutating func willPut(_ key: String) {
         keys[key, default: KeyState()].putsInFlight += 1

@@ -179,6 +179,20 @@ package struct NATSKeyValue: Sendable {
             bucket: bucket, jetStream: jetStream, direct: info.config.allowDirect ?? false, streamCreated: info.created)
     }
 
+    /// Whether the bucket's stream is still the one it was opened on: `false` once it was deleted, or deleted and
+    /// created again (``streamCreated`` differs). A watch tells the same by ending; this is for users that do not
+    /// watch.
+    ///
+    /// - Throws: ``NATSClientError`` or ``NATSJetStreamAPIError`` when the server cannot say (not that it is gone).
+    package func isStreamOpened() async throws -> Bool {
+        do {
+            let created = try await jetStream.streamInfo(streamName).created
+            return streamCreated == nil || created == nil || created == streamCreated
+        } catch let error as NATSJetStreamAPIError where error.errorCode == NATSJetStreamAPIError.streamNotFound {
+            return false
+        }
+    }
+
     /// Puts `value` under `key`, with `headers` if any (they come back with the value from ``get(_:)`` and
     /// watches).
     ///

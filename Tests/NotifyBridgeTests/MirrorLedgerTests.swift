@@ -62,4 +62,24 @@ struct MirrorLedgerTests {
         let r16 = ledger.didPut("state.a", revision: nil)
         #expect(r16 == 30, "the second failed: the entry after our first applies")
     }
+
+    @Test("forgetting the revisions (a replaced bucket) keeps a put in flight deciding against the entries that arrive meanwhile")
+    func forgetRevisionsKeepsPutsInFlight() {
+        var ledger = MirrorLedger<UInt64>()
+        ledger.willPut("state.a")
+        _ = ledger.didPut("state.a", revision: 40)
+        ledger.willPut("state.b")
+        ledger.forgetRevisions()
+        // The new bucket's revisions start over: another host's entry at 3 is applied, not taken as older than 40.
+        let a = ledger.received("state.a", revision: 3, value: 30)
+        #expect(a)
+        // b's put, in flight across the reset, lands at 2 in the new bucket; another host's 1, arriving before its
+        // acknowledgement, is older, and must not be applied over this host's value.
+        let b1 = ledger.received("state.b", revision: 1, value: 10)
+        #expect(!b1, "waits for the put in flight")
+        let applied = ledger.didPut("state.b", revision: 2)
+        #expect(applied == nil, "this host's put is newer")
+        let b3 = ledger.received("state.b", revision: 3, value: 30)
+        #expect(b3)
+    }
 }

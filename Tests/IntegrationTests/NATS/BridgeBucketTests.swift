@@ -279,6 +279,17 @@ struct BridgeBucketTests {
             let bridgeB = try launchBucketBridge(in: scope, socket: scope.socketPath, server: server, hostID: "host-b")
             defer { bridgeB.send(SIGKILL) }
             try await bridgeB.waitForLine(containing: "applied the current entries")
+            // Host c exports only: no watch of the bucket tells its bridge when the bucket is replaced.
+            let socketC = scope.directory + "/c.sock"
+            _ = try await scope.startDaemon(socketPath: socketC)
+            let centerC = try await NotifyCenter.connect(configuration: .init(socketPath: socketC))
+            let bridgeC = try scope.launch(
+                .bridge,
+                ["--socket", socketC, "--nats", server.url, "--export", "org.c.>", "--kv-bucket", "fleet",
+                 "--host-id", "host-c", "--log-level", "debug"])
+            defer { bridgeC.send(SIGKILL) }
+            try await bridgeC.waitForLine(containing: "mirroring state values and retained notifications")
+            try await centerC.setState(4, for: "org.c.level")
 
             // Puts from elsewhere first (one key, so the new bucket gets it back once), so that host a's put of the
             // level has a revision the new bucket's first puts do not reach.
@@ -291,23 +302,28 @@ struct BridgeBucketTests {
             try await waitForState("org.example.level", 5, on: centerB, "host b")
             let oldRevision = try #require(try await kv.get("state.org.example.level")?.revision)
             #expect(oldRevision > 20)
+            try await waitForState("org.c.level", 4, on: centerA, "host a")
 
             // Deleted and created again at once, as an administrator resetting it would.
             let deleted = try await nats.request("$JS.API.STREAM.DELETE.KV_fleet")
             #expect(String(buffer: deleted.payload).contains("\"success\":true"), "\(String(buffer: deleted.payload))")
             let fresh = try await nats.keyValue(bucket: "fleet")
-            for (bridge, host) in [(bridgeA, "host a"), (bridgeB, "host b")] {
-                // The watch notices when its consumer's heartbeats stop (about 10 s).
+            for (bridge, host) in [(bridgeA, "host a"), (bridgeB, "host b"), (bridgeC, "host c")] {
+                // A watch notices when its consumer's heartbeats stop (about 10 s); an exporting bridge asks.
                 _ = try await poll("\(host)'s bridge to find the bucket replaced", timeout: 60) {
                     (try await statistics(of: bridge)["bucket_replaced"] ?? 0) >= 1 ? true : nil
                 }
             }
 
-            // Host a's own values are in the new bucket again, as a bridge starting against it would put them.
-            _ = try await poll("host a's values in the new bucket", timeout: 20) { () async throws -> Bool? in
+            // Each host's own values are in the new bucket again, as a bridge starting against it would put them.
+            _ = try await poll("host a's and host c's values in the new bucket", timeout: 20) {
+                () async throws -> Bool? in
                 let level = try await fresh.get("state.org.example.level").map { String(buffer: $0.value) }
+                let levelC = try await fresh.get("state.org.c.level").map { String(buffer: $0.value) }
                 let banner = try await fresh.get("retained.org.example.banner")
-                guard level == "5", let banner, String(buffer: banner.value) == "hello" else { return nil }
+                guard level == "5", levelC == "4", let banner, String(buffer: banner.value) == "hello" else {
+                    return nil
+                }
                 return banner.headers?["Notifyd-Origin-Host"] == "host-a" ? true : nil
             }
             // Changes cross the new bucket both ways, at revisions below the old bucket's.
@@ -317,8 +333,12 @@ struct BridgeBucketTests {
             try await waitForState("org.example.other", 2, on: centerB, "host b")
             let newRevision = try #require(try await fresh.get("state.org.example.level")?.revision)
             #expect(newRevision < oldRevision, "the new bucket's revisions started over")
+            // Host c's changes go into the new bucket too.
+            try await centerC.setState(6, for: "org.c.level")
+            try await waitForState("org.c.level", 6, on: centerA, "host a")
             await centerA.close()
             await centerB.close()
+            await centerC.close()
             await nats.close()
         }
     }
