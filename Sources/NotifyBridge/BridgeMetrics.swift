@@ -45,7 +45,7 @@ final class BridgeMetrics: Sendable {
         case .bucketPutFailed: return ("dropped", dropped, "bucket_put_failed")
         case .stateRefused: return ("refused", refused, "state_daemon")
         case .bucketInvalid: return ("refused", refused, "bucket_invalid")
-        case .bucketWatchRestarts: return ("bucket_watch_restarts", "Times the key-value bucket's watch failed and started again.", nil)
+        case .bucketWatchRestarts: return ("bucket_watch_restarts", "Times the key-value bucket's mirror started over: its watch failed, or its bucket was gone.", nil)
         case .bucketReplaced:
             return ("bucket_replaced", "Times the key-value bucket was found deleted and created again.", nil)
         case .importSkippedOwn: return nil

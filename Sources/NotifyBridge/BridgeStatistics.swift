@@ -48,7 +48,8 @@ package enum BridgeCounter: Int, CaseIterable, Sendable {
     case bucketPutFailed
     /// Bucket entries whose key, value or origin this bridge cannot read.
     case bucketInvalid
-    /// Times the bucket's watch failed and was started again.
+    /// Times the bucket's mirror started over: its watch failed, or (a bridge that only exports) its bucket was
+    /// found gone.
     case bucketWatchRestarts
     /// Times the bucket was found deleted and created again (its revisions started over): the bridge forgot what it
     /// knew of the old one and put this host's values into the new one.

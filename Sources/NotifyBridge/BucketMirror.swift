@@ -71,7 +71,10 @@ final class BucketMirror: Sendable {
     private let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     /// Entries to apply locally, in the order the ledger let them through.
     private let applies = AsyncStream<(name: String, value: MirroredValue)>.makeStream()
-    private let restarts = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    /// Restarts of the local daemon asked for (``restart()``), and the wake-up of the session under way. A stream
+    /// of each session's own: a stream whose waiting reader is cancelled (a session ending for another reason)
+    /// ends for good.
+    private let restartRequests = NIOLockedValueBox<(count: UInt64, wake: AsyncStream<Void>.Continuation?)>((0, nil))
     /// While a session after a restart of the daemon reads the current entries: this process's own apply too.
     private let restoringOwn = NIOLockedValueBox(false)
     private let observations = NIOLockedValueBox<[Observation]>([])
@@ -122,7 +125,10 @@ final class BucketMirror: Sendable {
     /// The local daemon restarted (its state values and retained notifications are gone): start over from the
     /// bucket's current entries.
     func restart() {
-        restarts.continuation.yield()
+        restartRequests.withLockedValue { requests in
+            requests.count += 1
+            requests.wake?.yield()
+        }
     }
 
     /// Opens the bucket (creating it if needed), applies its entries, then starts exporting; runs until the task is
@@ -131,7 +137,8 @@ final class BucketMirror: Sendable {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.applyEntries() }
             var exporting = false
-            var restarted = false
+            // The restarts of the daemon the sessions so far started over for.
+            var restartsHandled: UInt64 = 0
             var delay = Duration.milliseconds(100)
             // When the stream of the bucket last opened was created.
             var openedStream: String?
@@ -144,12 +151,12 @@ final class BucketMirror: Sendable {
                     logger.warning(
                         "the key-value bucket \(bucket) was deleted and created again: starting over from its entries and putting this host's values into it")
                 }
-                let watching = await session(
-                    kv, startExporting: !exporting, afterRestart: restarted, bucketReplaced: replaced)
+                let (forRestart, handled) = await session(
+                    kv, startExporting: !exporting, restartsHandled: restartsHandled, bucketReplaced: replaced)
                 exporting = true
-                restarted = watching
+                restartsHandled = handled
                 if Task.isCancelled { break }
-                if watching { delay = .milliseconds(100) } else {
+                if forRestart { delay = .milliseconds(100) } else {
                     counters.bump(.bucketWatchRestarts)
                     try? await Task.sleep(for: delay)
                     delay = min(delay * 2, .seconds(5))
@@ -166,16 +173,33 @@ final class BucketMirror: Sendable {
     ///
     /// - Parameter bucketReplaced: the bucket is not the one opened last (deleted and created again): its revisions
     ///   start over, and it holds none of the old one's entries.
-    /// - Returns: whether it ended for a restart (true) rather than a failure of the watch.
+    /// - Parameter restartsHandled: the restarts of the daemon that earlier sessions started over for; one asked
+    ///   for since makes this session start over (``restart()``).
+    /// - Returns: whether it ended for a restart of the daemon (rather than a failure of the watch), and the
+    ///   restarts it started over for.
     private func session(
-        _ kv: NATSKeyValue, startExporting: Bool, afterRestart: Bool, bucketReplaced: Bool
-    ) async -> Bool {
-        // The daemon lost everything: every entry applies again, this host's own last puts included. A new bucket's
-        // revisions are not comparable with the old one's, and it holds nothing the old one did.
-        if afterRestart || bucketReplaced { ledger.withLockedValue { $0.forgetRevisions() } }
+        _ kv: NATSKeyValue, startExporting: Bool, restartsHandled: UInt64, bucketReplaced: Bool
+    ) async -> (forRestart: Bool, restartsHandled: UInt64) {
+        let restartWake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let restartsAsked = restartRequests.withLockedValue { requests in
+            requests.wake = restartWake.continuation
+            return requests.count
+        }
+        defer {
+            restartRequests.withLockedValue { $0.wake = nil }
+            restartWake.continuation.finish()
+        }
+        let afterRestart = restartsAsked != restartsHandled
+        if afterRestart {
+            // The daemon lost everything: every entry applies again, this host's own last puts included.
+            ledger.withLockedValue { $0 = MirrorLedger() }
+        } else if bucketReplaced {
+            // A new bucket's revisions are not comparable with the old one's.
+            ledger.withLockedValue { $0.forgetRevisions() }
+        }
         if bucketReplaced { bucketValues.withLockedValue { $0 = [:] } }
         restoringOwn.withLockedValue { $0 = afterRestart }
-        return await withTaskGroup(of: Bool.self) { group in
+        let forRestart = await withTaskGroup(of: Bool.self) { group in
             let initialValuesDone = AsyncStream<Void>.makeStream()
             if !bridge.importPatterns.isEmpty {
                 var held: [String: PostIdentity] = [:]
@@ -210,13 +234,14 @@ final class BucketMirror: Sendable {
                 await putLocalRetained()
             }
             group.addTask {
-                for await _ in self.restarts.stream { return true }
+                for await _ in restartWake.stream { return true }
                 return false
             }
             let outcome = await group.next() ?? false
             group.cancelAll()
             return outcome
         }
+        return (forRestart, restartsAsked)
     }
 
     /// How often a bridge that imports nothing asks whether the bucket is still the one it opened.
@@ -227,7 +252,8 @@ final class BucketMirror: Sendable {
         while !Task.isCancelled {
             try? await Task.sleep(for: Self.bucketCheckInterval)
             if Task.isCancelled { return }
-            // NATS unreachable says nothing about the bucket: asked again later.
+            // NATS unreachable says nothing about the bucket: asked again later (not queued meanwhile).
+            guard bridge.nats.isConnected else { continue }
             if (try? await kv.isStreamOpened()) == false {
                 logger.warning("the key-value bucket \(bucket) is gone or was created again: opening it again")
                 return

@@ -17,9 +17,8 @@ package struct MirrorLedger<Value: Sendable>: Sendable {
 
     package init() {}
 
-    /// Forgets every revision (the bucket's revisions start over, or every entry is to apply again), keeping the
-    /// puts still in flight: each one's revision, when it comes, still decides against the entries that arrived
-    /// meanwhile.
+    /// Forgets every revision (the bucket was replaced: its revisions start over), keeping the puts still in
+    /// flight: each one's revision, when it comes, still decides against the entries that arrived meanwhile.
     package mutating func forgetRevisions() {
         keys = keys.filter { $0.value.putsInFlight > 0 }.mapValues { state in
             var state = state

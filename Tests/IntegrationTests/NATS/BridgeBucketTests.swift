@@ -270,7 +270,9 @@ struct BridgeBucketTests {
     func survivesReplacedBucket() async throws {
         try await withIntegrationScope { scope in
             let server = try await jetStreamServer(in: scope)
-            let (socketA, centerA) = try await startHostA(in: scope)
+            let socketA = scope.directory + "/a.sock"
+            var daemonA = try await scope.startDaemon(socketPath: socketA)
+            let centerA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
             let bridgeA = try launchBucketBridge(in: scope, socket: socketA, server: server, hostID: "host-a")
             defer { bridgeA.send(SIGKILL) }
             try await bridgeA.waitForLine(containing: "applied the current entries")
@@ -336,6 +338,19 @@ struct BridgeBucketTests {
             // Host c's changes go into the new bucket too.
             try await centerC.setState(6, for: "org.c.level")
             try await waitForState("org.c.level", 6, on: centerA, "host a")
+
+            // Host a's daemon dies and comes back empty: its bridge, whose watch has ended once, still starts over
+            // for it, and the daemon gets back the values host a put itself.
+            daemonA.child.send(SIGKILL)
+            _ = try await daemonA.child.waitForExit(timeout: 20)
+            daemonA = try await scope.startDaemon(socketPath: socketA)
+            _ = try await poll("host a's own value back on its restarted daemon", timeout: 30) {
+                () async throws -> Bool? in
+                let center = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
+                let other = try await center.state(of: "org.example.other")
+                await center.close()
+                return other == 2 ? true : nil
+            }
             await centerA.close()
             await centerB.close()
             await centerC.close()
