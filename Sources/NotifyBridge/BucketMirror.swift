@@ -176,7 +176,8 @@ final class BucketMirror: Sendable {
     /// - Parameter restartsHandled: the restarts of the daemon that earlier sessions started over for; one asked
     ///   for since makes this session start over (``restart()``).
     /// - Returns: whether it ended for a restart of the daemon (rather than a failure of the watch), and the
-    ///   restarts it started over for.
+    ///   restarts handled: those it started over for once it has read the bucket's current entries, else still
+    ///   `restartsHandled` (the next session restores again).
     private func session(
         _ kv: NATSKeyValue, startExporting: Bool, restartsHandled: UInt64, bucketReplaced: Bool
     ) async -> (forRestart: Bool, restartsHandled: UInt64) {
@@ -199,6 +200,8 @@ final class BucketMirror: Sendable {
         }
         if bucketReplaced { bucketValues.withLockedValue { $0 = [:] } }
         restoringOwn.withLockedValue { $0 = afterRestart }
+        // A restart is handled once the bucket's current entries were all read (the watch can fail before).
+        var currentEntriesRead = bridge.importPatterns.isEmpty
         let forRestart = await withTaskGroup(of: Bool.self) { group in
             let initialValuesDone = AsyncStream<Void>.makeStream()
             if !bridge.importPatterns.isEmpty {
@@ -213,9 +216,12 @@ final class BucketMirror: Sendable {
                     await self.importEntries(from: kv, initialValuesDone: initialValuesDone.continuation)
                     return false
                 }
-                for await _ in initialValuesDone.stream { break }
+                for await _ in initialValuesDone.stream {
+                    currentEntriesRead = true
+                    break
+                }
                 restoringOwn.withLockedValue { $0 = false }
-                logger.info("applied the current entries of the key-value bucket \(bucket)")
+                if currentEntriesRead { logger.info("applied the current entries of the key-value bucket \(bucket)") }
             } else {
                 // No watch to end when the bucket is deleted (and perhaps created again): asked instead.
                 group.addTask {
@@ -241,7 +247,7 @@ final class BucketMirror: Sendable {
             group.cancelAll()
             return outcome
         }
-        return (forRestart, restartsAsked)
+        return (forRestart, currentEntriesRead ? restartsAsked : restartsHandled)
     }
 
     /// How often a bridge that imports nothing asks whether the bucket is still the one it opened.

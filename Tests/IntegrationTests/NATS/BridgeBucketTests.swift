@@ -271,7 +271,7 @@ struct BridgeBucketTests {
         try await withIntegrationScope { scope in
             let server = try await jetStreamServer(in: scope)
             let socketA = scope.directory + "/a.sock"
-            var daemonA = try await scope.startDaemon(socketPath: socketA)
+            let daemonA = try await scope.startDaemon(socketPath: socketA)
             let centerA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
             let bridgeA = try launchBucketBridge(in: scope, socket: socketA, server: server, hostID: "host-a")
             defer { bridgeA.send(SIGKILL) }
@@ -343,14 +343,14 @@ struct BridgeBucketTests {
             // for it, and the daemon gets back the values host a put itself.
             daemonA.child.send(SIGKILL)
             _ = try await daemonA.child.waitForExit(timeout: 20)
-            daemonA = try await scope.startDaemon(socketPath: socketA)
-            _ = try await poll("host a's own value back on its restarted daemon", timeout: 30) {
-                () async throws -> Bool? in
-                let center = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
-                let other = try await center.state(of: "org.example.other")
-                await center.close()
-                return other == 2 ? true : nil
+            _ = try await scope.startDaemon(socketPath: socketA)
+            let restartedA = try await NotifyCenter.connect(configuration: .init(socketPath: socketA))
+            _ = try await poll(
+                "host a's own value back on its restarted daemon", timeout: 30, interval: .milliseconds(100)
+            ) {
+                try await restartedA.state(of: "org.example.other") == 2 ? true : nil
             }
+            await restartedA.close()
             await centerA.close()
             await centerB.close()
             await centerC.close()
