@@ -272,6 +272,33 @@ struct NATSKeyValueTests {
         }
     }
 
+    @Test("a watch of a bucket replaced since it was opened fails with bucketNotFound at once; the bucket opened again is watched")
+    func watchOfAReplacedOpening() async throws {
+        try await withIntegrationScope { scope in
+            let server = try await jetStreamServer(scope)
+            let client = try await NATSClient.connected(to: [server.url])
+            let opened = try await client.keyValue(bucket: "swapped")
+            try await opened.put("k", value: .text("old"))
+            let deleted = try await client.request("$JS.API.STREAM.DELETE.KV_swapped")
+            #expect(String(buffer: deleted.payload).contains("\"success\":true"), "\(String(buffer: deleted.payload))")
+            let again = try await client.keyValue(bucket: "swapped")
+            #expect(again.streamCreated != nil && again.streamCreated != opened.streamCreated)
+            #expect(try await again.put("k", value: .text("new")) == 1)
+            #expect(try await opened.isStreamOpened() == false)
+            #expect(try await again.isStreamOpened() == true)
+            // The user of `opened` knows revisions of the old stream: a watch of it must not go on in the new one.
+            do {
+                let stale = WatchRecorder(try await opened.watch())
+                Issue.record("a watch of the replaced opening started: \(try await stale.wait(for: 1))")
+            } catch {
+                #expect("\(error)" == "\(NATSKeyValueError.bucketNotFound("swapped"))")
+            }
+            let fresh = WatchRecorder(try await again.watch())
+            #expect(try await fresh.wait(for: 2) == ["PUT k=new", "done"])
+            await client.close()
+        }
+    }
+
     @Test("a watch goes on across a nats-server kill and restart: no change lost, none delivered twice")
     func watchAcrossRestart() async throws {
         try await withIntegrationScope { scope in
