@@ -181,8 +181,10 @@ package final class TestServer: Sendable {
         }
     }
 
-    /// Waits for `run()` to return (after a shutdown) and rethrows what it threw.
-    package func waitUntilFinished(timeout: TimeAmount = .seconds(30)) async throws {
+    /// Waits for `run()` to return (after a shutdown) and rethrows what it threw. By default longer than the test
+    /// servers' shutdown deadline (30 s), after which `run()` returns whatever its clients do, and six times as long
+    /// under a sanitizer, as other waits: the wait's own 30 s failed under ThreadSanitizer in two CI runs.
+    package func waitUntilFinished(timeout: TimeAmount = .seconds(Int64(TestScale.timeout(45)))) async throws {
         try await finished.wait(timeout: timeout, for: "the server's run() to return")
     }
 
