@@ -39,6 +39,13 @@ final class BucketMirror: Sendable {
         /// A retained notification the daemon held before the bridge started: not put again when the bucket holds
         /// that very post.
         var skipIfSamePost = false
+
+        /// Keeps what `other`, a put of the same key it replaces or meets, asked: a plain put (not only if absent),
+        /// and a put even of the post the bucket holds. So a change made here stays a change whichever came first.
+        mutating func keepAsked(by other: Put) {
+            onlyIfAbsent = onlyIfAbsent && other.onlyIfAbsent
+            skipIfSamePost = skipIfSamePost && other.skipIfSamePost
+        }
     }
 
     /// A retained notification's post: where it was first made and its sequence number there (for an entry a
@@ -103,10 +110,7 @@ final class BucketMirror: Sendable {
     /// bucket's older value would win.
     static func wait(_ put: Put, under key: String, in waiting: inout OrderedDictionary<String, Put>) {
         var put = put
-        if let earlier = waiting[key] {
-            put.onlyIfAbsent = put.onlyIfAbsent && earlier.onlyIfAbsent
-            put.skipIfSamePost = put.skipIfSamePost && earlier.skipIfSamePost
-        }
+        if let earlier = waiting[key] { put.keepAsked(by: earlier) }
         waiting[key] = put
     }
 
@@ -117,8 +121,7 @@ final class BucketMirror: Sendable {
             waiting[key] = put
             return
         }
-        newer.onlyIfAbsent = newer.onlyIfAbsent && put.onlyIfAbsent
-        newer.skipIfSamePost = newer.skipIfSamePost && put.skipIfSamePost
+        newer.keepAsked(by: put)
         waiting[key] = newer
     }
 
