@@ -29,13 +29,16 @@ struct SubscriptionTable {
     }
 
     private var byID: [UInt32: Subscription] = [:]
-    /// The ids of the subscriptions per exact name the peer subscribed to more than once (rare: empty unless a
-    /// client subscribes to one name twice).
-    private var repeatedExact: [ExactName: [UInt32]] = [:]
-    /// The ids of the subscriptions per pattern text.
-    private var patternIDs: [ExactName: [UInt32]] = [:]
+    /// The subscriptions per exact name the peer subscribed to more than once (rare: empty unless a client
+    /// subscribes to one name twice).
+    private var repeatedExact: [ExactName: SubscriptionGroup] = [:]
+    /// The subscriptions per pattern text.
+    private var patternGroups: [ExactName: SubscriptionGroup] = [:]
     /// The ids of the subscriptions with the marks-retained flag (empty for almost every peer).
     private var markingIDs: Set<UInt32> = []
+    /// Group members looked at so far to find the strongest of a text's subscriptions (a wrapping count): what
+    /// subscribing and unsubscribing cost beyond a constant, which the tests bound.
+    private(set) var groupEntriesVisited = 0
 
     var count: Int { byID.count }
 
@@ -52,7 +55,7 @@ struct SubscriptionTable {
     /// The trie labels `subscription` adds, charged to the user: a pattern new to this peer adds its labels, an
     /// exact name or a pattern the peer has already adds none.
     func patternLabels(adding subscription: Subscription) -> Int {
-        guard case .pattern(let pattern, _) = subscription, patternIDs[ExactName(pattern.text)] == nil else { return 0 }
+        guard case .pattern(let pattern, _) = subscription, patternGroups[ExactName(pattern.text)] == nil else { return 0 }
         return PatternTrie.cost(of: pattern)
     }
 
@@ -64,23 +67,30 @@ struct SubscriptionTable {
         byID[id] = subscription
         if marksRetained { markingIDs.insert(id) }
         switch subscription {
-        case .pattern(let pattern, _):
+        case .pattern(let pattern, let policy):
             let key = ExactName(pattern.text)
-            let isNew = patternIDs[key] == nil
-            patternIDs[key, default: []].append(id)
-            index.set(strongest(of: patternIDs[key]!, peer: peer), pattern: pattern, isNew: isNew)
+            let isNew = patternGroups[key] == nil
+            if isNew {
+                patternGroups[key] = SubscriptionGroup(id, policy, marksRetained: marksRetained)
+            } else {
+                groupEntriesVisited &+= patternGroups[key]!.insert(id, policy, marksRetained: marksRetained)
+            }
+            index.set(strongest(patternGroups[key]!.strongest(), of: patternGroups[key]!, peer: peer), pattern: pattern, isNew: isNew)
         case .exact(let name, let policy):
             let key = ExactName(name)
             if repeatedExact[key] != nil {
-                repeatedExact[key]!.append(id)
+                groupEntriesVisited &+= repeatedExact[key]!.insert(id, policy, marksRetained: marksRetained)
             } else if let existing = index.subscriber(of: peer, exact: name) {
-                repeatedExact[key] = [existing.subscriptionID, id]
+                var group = SubscriptionGroup(
+                    existing.subscriptionID, existing.policy, marksRetained: self.marksRetained(existing.subscriptionID))
+                group.insert(id, policy, marksRetained: marksRetained)
+                repeatedExact[key] = group
             } else {
                 index.set(
                     Subscriber(peer: peer, subscriptionID: id, policy: policy, marksRetained: marksRetained), exact: name)
                 return
             }
-            index.set(strongest(of: repeatedExact[key]!, peer: peer), exact: name)
+            index.set(strongest(repeatedExact[key]!.strongest(), of: repeatedExact[key]!, peer: peer), exact: name)
         }
     }
 
@@ -90,27 +100,26 @@ struct SubscriptionTable {
     ///   peer has), or `nil` if there is no subscription with this id.
     mutating func remove(_ id: UInt32, peer: Peer, index: SubscriberIndex) -> (Subscription, patternLabels: Int)? {
         guard let subscription = byID.removeValue(forKey: id) else { return nil }
-        markingIDs.remove(id)
+        let marked = markingIDs.remove(id) != nil
         switch subscription {
         case .pattern(let pattern, _):
             let key = ExactName(pattern.text)
-            patternIDs[key]!.removeAll { $0 == id }
-            if patternIDs[key]!.isEmpty {
-                patternIDs[key] = nil
+            patternGroups[key]!.remove(id, marksRetained: marked)
+            if patternGroups[key]!.count == 0 {
+                patternGroups[key] = nil
                 index.remove(peer, pattern: pattern)
                 return (subscription, PatternTrie.cost(of: pattern))
             }
-            index.set(strongest(of: patternIDs[key]!, peer: peer), pattern: pattern)
+            index.set(strongest(patternGroups[key]!.strongest(), of: patternGroups[key]!, peer: peer), pattern: pattern)
         case .exact(let name, _):
             let key = ExactName(name)
             guard repeatedExact[key] != nil else {
                 index.remove(peer, exact: name)
                 return (subscription, 0)
             }
-            repeatedExact[key]!.removeAll { $0 == id }
-            let remaining = repeatedExact[key]!
-            if remaining.count == 1 { repeatedExact[key] = nil }
-            index.set(strongest(of: remaining, peer: peer), exact: name)
+            repeatedExact[key]!.remove(id, marksRetained: marked)
+            index.set(strongest(repeatedExact[key]!.strongest(), of: repeatedExact[key]!, peer: peer), exact: name)
+            if repeatedExact[key]!.count == 1 { repeatedExact[key] = nil }
         }
         return (subscription, 0)
     }
@@ -126,7 +135,7 @@ struct SubscriptionTable {
                 index.remove(peer, exact: name)
             case .pattern(let pattern, _):
                 // Once per pattern: its first subscription takes the entry and the labels with it.
-                guard patternIDs.removeValue(forKey: ExactName(pattern.text)) != nil else { continue }
+                guard patternGroups.removeValue(forKey: ExactName(pattern.text)) != nil else { continue }
                 index.remove(peer, pattern: pattern)
                 labels += PatternTrie.cost(of: pattern)
             }
@@ -134,22 +143,18 @@ struct SubscriptionTable {
         let count = byID.count
         byID.removeAll()
         repeatedExact.removeAll()
-        patternIDs.removeAll()
+        patternGroups.removeAll()
         markingIDs.removeAll()
         return (count, labels)
     }
 
-    /// The strongest of the subscriptions `ids` (see ``Subscriber/isWeaker(than:)``), marking retained posts if
-    /// any of them does.
-    private func strongest(of ids: [UInt32], peer: Peer) -> Subscriber {
-        var best: Subscriber?
-        var marks = false
-        for id in ids {
-            let candidate = Subscriber(peer: peer, subscriptionID: id, policy: byID[id]!.policy)
-            if best == nil || best!.isWeaker(than: candidate) { best = candidate }
-            marks = marks || marksRetained(id)
-        }
-        best!.marksRetained = marks
-        return best!
+    /// The strongest subscription of `group`, `chosen`, as the index lists it: marking retained posts if any of
+    /// the group's subscriptions does.
+    private mutating func strongest(
+        _ chosen: (id: UInt32, visited: Int), of group: SubscriptionGroup, peer: Peer
+    ) -> Subscriber {
+        groupEntriesVisited &+= chosen.visited
+        return Subscriber(
+            peer: peer, subscriptionID: chosen.id, policy: byID[chosen.id]!.policy, marksRetained: group.marksRetained)
     }
 }
