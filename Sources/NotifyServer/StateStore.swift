@@ -53,10 +53,22 @@ struct StateStore {
 
     // MARK: Retained notifications
 
+    /// What keeping a retained notification costs beyond its payload and name, charged with them: an empty payload
+    /// is not free (about 400 bytes of the daemon's memory per name, BENCHMARKS.md), so a user's quota bounds how
+    /// many names it can fill as well as their payloads.
+    static let retainedEntryCost = 512
+
+    /// The bytes a retained notification of `payloadBytes` on `name` is charged (`retained-bytes-per-uid`).
+    static func retainedCost(name: String, payloadBytes: Int) -> Int {
+        payloadBytes + name.utf8.count + retainedEntryCost
+    }
+
     /// Why `account`'s user may not retain a payload of `size` bytes on `name`, or `nil` if it may.
     func checkRetain(_ size: Int, name: String, account: UserAccount) -> String? {
-        let replaced = retained[ExactName(name)].map { $0.ownerUID == account.uid ? $0.payload.readableBytes : 0 } ?? 0
-        return account.checkRetained(adding: size - replaced)
+        let replaced = retained[ExactName(name)].map {
+            $0.ownerUID == account.uid ? Self.retainedCost(name: name, payloadBytes: $0.payload.readableBytes) : 0
+        } ?? 0
+        return account.checkRetained(Self.retainedCost(name: name, payloadBytes: size), replacing: replaced)
     }
 
     /// Keeps `payload` as `name`'s retained notification, charged to its sender (see ``checkRetain(_:name:account:)``).
@@ -66,14 +78,15 @@ struct StateStore {
     ) {
         let key = ExactName(name)
         if let previous = retained[key] {
-            accounts.account(for: previous.ownerUID).chargeRetained(-previous.payload.readableBytes)
+            accounts.account(for: previous.ownerUID).chargeRetained(
+                -Self.retainedCost(name: name, payloadBytes: previous.payload.readableBytes))
         }
         // Own copy: the decoded payload is a slice of the peer's read buffer.
         var copy = ByteBufferAllocator().buffer(capacity: payload.readableBytes)
         copy.writeImmutableBuffer(payload)
         retained[key] = RetainedNotification(
             sequence: sequence, sender: sender, payload: copy, ownerUID: sender.uid, origin: origin)
-        accounts.account(for: sender.uid).chargeRetained(payload.readableBytes)
+        accounts.account(for: sender.uid).chargeRetained(Self.retainedCost(name: name, payloadBytes: payload.readableBytes))
     }
 
     // MARK: Hand-over
@@ -101,7 +114,8 @@ struct StateStore {
             self.retained[ExactName(entry.name)] = RetainedNotification(
                 sequence: entry.sequence, sender: entry.sender, payload: ByteBuffer(bytes: entry.payload),
                 ownerUID: entry.ownerUID, origin: entry.origin)
-            accounts.account(for: entry.ownerUID).chargeRetained(entry.payload.count)
+            accounts.account(for: entry.ownerUID).chargeRetained(
+                Self.retainedCost(name: entry.name, payloadBytes: entry.payload.count))
         }
     }
 

@@ -12,6 +12,8 @@ final class UserAccount {
     private(set) var patternLabels = 0
     /// Bytes queued or held for all of this user's connections.
     fileprivate(set) var outboundBytes = 0
+    /// Bytes charged for the retained notifications this user posted last on their names: payload, name and
+    /// ``StateStore/retainedEntryCost`` each.
     private(set) var retainedBytes = 0
     private(set) var stateNames = 0
 
@@ -89,13 +91,16 @@ final class UserAccount {
         return nil
     }
 
-    /// Whether retained payloads can grow by `delta` bytes (the new payload less the one it replaces).
+    /// Whether the user can retain a notification charged `cost` bytes (``StateStore/retainedCost(name:payloadBytes:)``)
+    /// in place of one of its own charged `replaced`.
     ///
-    /// - Returns: why the payload cannot be retained, or `nil`.
-    func checkRetained(adding delta: Int) -> String? {
+    /// - Returns: why the notification cannot be retained, or `nil`.
+    func checkRetained(_ cost: Int, replacing replaced: Int) -> String? {
         let quota = quotas.retainedBytesPerUID
-        guard !isExempt, retainedBytes + delta > quota else { return nil }
-        return "retaining this payload would exceed uid \(uid)'s quota of \(quota) retained bytes (quota retained-bytes-per-uid)"
+        guard !isExempt, retainedBytes - replaced + cost > quota else { return nil }
+        return "retaining this notification (\(cost) bytes: its payload, its name and \(StateStore.retainedEntryCost) per "
+            + "name) would exceed uid \(uid)'s quota of \(quota) retained bytes, \(retainedBytes - replaced) in use "
+            + "(quota retained-bytes-per-uid)"
     }
 
     func chargeRetained(_ delta: Int) { retainedBytes += delta }

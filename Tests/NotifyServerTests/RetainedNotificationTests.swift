@@ -93,7 +93,8 @@ struct RetainedNotificationTests {
 
     @Test("retained-bytes-per-uid: a retained post beyond the quota is refused and has no effect; replacing one's own frees its bytes; root is exempt")
     func retainedBytesQuota() async throws {
-        try await withServer(everyUser: true, { $0.access.quotas.retainedBytesPerUID = 10 }) { server in
+        // Each retained notification is charged its payload, its name and 512 bytes: quota.one with 6 bytes is 527.
+        try await withServer(everyUser: true, { $0.access.quotas.retainedBytesPerUID = 1_060 }) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             let root = try await server.connect("root")
@@ -103,18 +104,22 @@ struct RetainedNotificationTests {
             try await alice.post("quota.one", "123456", retain: true)
             _ = try await watcher.nextNotification()
             let postsBefore = try await server.status().posts
-            let refused = try await alice.postRefused("quota.two", "abcdef", retain: true)
+            // 60 bytes on quota.two: 581 more, 1,108 in all.
+            let refused = try await alice.postRefused("quota.two", String(repeating: "a", count: 60), retain: true)
             #expect(refused.code == .quotaExceeded)
             #expect(!refused.closesConnection)
-            #expect(refused.message == "retaining this payload would exceed uid 4201's quota of 10 retained bytes (quota retained-bytes-per-uid)")
+            #expect(refused.message == "retaining this notification (581 bytes: its payload, its name and 512 per name) "
+                + "would exceed uid 4201's quota of 1060 retained bytes, 527 in use (quota retained-bytes-per-uid)")
             try await watcher.expectQuiet("a refused post is not delivered")
             #expect(try await server.status().posts == postsBefore, "a refused post takes no sequence number")
             let two = try await watcher.subscribe("quota.two", id: 2, retained: true)
             #expect(two.isEmpty, "a refused post is not retained: \(two.map(\.summary))")
 
-            // Replacing her own 6 bytes by 10 fits: the old payload's bytes are released first.
+            // Replacing her own 527 bytes by 531 fits where adding them would not: the old charge is released first.
             try await alice.post("quota.one", "0123456789", retain: true)
             _ = try await watcher.nextNotification()
+            let full = try await alice.postRefused("quota.four", "0123456789", retain: true)
+            #expect(full.code == .quotaExceeded, "531 + 532 > 1,060")
             // Posts without retain are not limited by it.
             try await alice.post("quota.two", String(repeating: "x", count: 100))
             _ = try await watcher.nextNotification()
@@ -126,6 +131,33 @@ struct RetainedNotificationTests {
             // Root is exempt.
             try await root.post("quota.root", String(repeating: "r", count: 1_000), retain: true)
             _ = try await watcher.nextNotification()
+        }
+    }
+
+    @Test("retained-bytes-per-uid bounds how many names a user fills with empty retained payloads, not only their bytes")
+    func emptyRetainedPayloadsAreCharged() async throws {
+        // Each empty payload keeps a name's entry in the daemon (about 400 bytes): without a charge for it, one user
+        // could retain on millions of names within any quota, until the daemon ran out of memory.
+        try await withServer(everyUser: true, { $0.access.quotas.retainedBytesPerUID = 16_384 }) { server in
+            let alice = try await server.connect("alice", as: .alice)
+            var kept = 0
+            filling: while true {
+                let name = "fill.n\(kept + 100_000)"  // 12 bytes: 524 each
+                let (reply, _) = try await alice.request {
+                    .post(ClientFrame.Post(requestID: $0, flags: [.ackWanted, .retain], name: name, payload: ByteBuffer()))
+                }
+                switch reply {
+                case .posted: kept += 1
+                case .error(let error):
+                    #expect(error.code == .quotaExceeded, "\(error)")
+                    break filling
+                default: throw TestFailure("POST \(name): \(reply.summary)")
+                }
+                if kept > 10_000 { throw TestFailure("16,384 retained bytes held 10,000 empty payloads and more") }
+            }
+            #expect(kept == 16_384 / 524, "31 names of 12 bytes fit in 16,384 retained bytes, not \(kept)")
+            // Replacing one of them costs nothing more.
+            try await alice.post("fill.n100000", "", retain: true)
         }
     }
 }
