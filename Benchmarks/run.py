@@ -558,6 +558,7 @@ class Settings:
         self.rtt_iterations = 300 if smoke else (20_000 if full else 5_000)
         self.rtt_warmup = 50 if smoke else 2_000
         self.rtt_seconds = 2.0 if smoke else (4.0 if full else 2.0)
+        self.rtt_pinned = True  # issue 13's round-trip target is on pinned runs (``rtt_pinning``)
         self.names = 1_000 if smoke else (100_000 if full else 20_000)
         self.name_procs = 2 if smoke else 4
         self.patterns = [0, 100] if smoke else ([0, 1_000, 100_000] if full else [0, 1_000, 20_000])
@@ -606,6 +607,7 @@ class Context:
         self.profile_subscribers = getattr(args, "profile_subscribers", 16)
         self.tmp = Path(tempfile.mkdtemp(prefix="notifyd-bench-"))
         self.settings = Settings(args.mode)
+        self.settings.rtt_pinned = not getattr(args, "rtt_unpinned", False)
         self.scratch = ROOT / args.scratch_path
         # The benchmark package (Benchmarks/Package.swift: notify-bench) builds in a scratch path of its own, inside
         # the root's by default (.build/benchmarks, .build-bench/benchmarks), as the C side does (bench-c).
@@ -1158,22 +1160,55 @@ def scenario_fanout(ctx: Context, systems: list[System], results: dict) -> None:
     results["fanout"] = out
 
 
+def rtt_pinning(ctx: Context) -> tuple[set[int], set[int]] | None:
+    """The CPUs of a pinned round trip: the server alone on one, both clients on the others (`None`: unpinned,
+    asked for or impossible). Unpinned, where the scheduler places three processes on two CPUs moves a p50 by
+    ± 20% on these VMs (F14); pinned, every system's messages take the same path between CPUs."""
+    if not ctx.settings.rtt_pinned or not shutil.which("taskset"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return {cpus[0]}, set(cpus[1:])
+
+
+def set_process_affinity(pid: int, cpus: set[int]) -> None:
+    """Pins every thread `pid` has now (threads it starts later inherit their creator's CPUs)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, FileNotFoundError):
+            pass  # a thread that ended meanwhile
+
+
+def pinned(cmd: list[str], cpus: set[int] | None) -> list[str]:
+    return cmd if cpus is None else ["taskset", "-c", ",".join(map(str, sorted(cpus))), *cmd]
+
+
 def scenario_rtt(ctx: Context, systems: list[System], results: dict) -> None:
     """Round trips in `reps` interleaved runs per system (a burst of load from elsewhere on the machine then hits
-    one run of every system rather than all runs of one); each percentile is the median over the runs."""
+    one run of every system rather than all runs of one); each percentile is the median over the runs. Pinned
+    unless `--rtt-unpinned`: the server on one CPU, the two clients on the others (``rtt_pinning``)."""
     s = ctx.settings
     runs: dict[str, list] = {system.key: [] for system in systems}
     errors: dict[str, str] = {}
     iterations = max(100, s.rtt_iterations // s.reps)
+    pinning = rtt_pinning(ctx)
+    server_cpus, client_cpus = pinning if pinning else (None, None)
+    everywhere = os.sched_getaffinity(0)
     for rep_index in range(s.reps):
         for system in systems:
-            log(f"round trip {system.key} (run {rep_index + 1}/{s.reps})")
+            log(f"round trip {system.key} (run {rep_index + 1}/{s.reps})" + (" pinned" if pinning else ""))
             board = Board(ctx.tmp, 2, "rtt")
             try:
-                pong = spawn(system.client_cmd("pong", "--board", str(board.path), "--slot", "1", "--slots", "2"))
-                ping = spawn(system.client_cmd("ping", "--board", str(board.path), "--slot", "0", "--slots", "2",
-                                               "--iterations", str(iterations), "--warmup", str(s.rtt_warmup),
-                                               "--payload", "64", "--max-seconds", str(s.rtt_seconds)))
+                if server_cpus is not None and system.pid is not None:
+                    set_process_affinity(system.pid, server_cpus)
+                pong = spawn(pinned(system.client_cmd("pong", "--board", str(board.path), "--slot", "1", "--slots", "2"),
+                                    client_cpus))
+                ping = spawn(pinned(system.client_cmd("ping", "--board", str(board.path), "--slot", "0", "--slots", "2",
+                                                      "--iterations", str(iterations), "--warmup", str(s.rtt_warmup),
+                                                      "--payload", "64", "--max-seconds", str(s.rtt_seconds)),
+                                    client_cpus))
                 result, err = finish(ping, timeout=s.rtt_seconds + 120)
                 board.stop()
                 finish(pong, timeout=10)
@@ -1185,13 +1220,20 @@ def scenario_rtt(ctx: Context, systems: list[System], results: dict) -> None:
             finally:
                 board.stop()
                 board.close()
+                if server_cpus is not None and system.pid is not None:
+                    try:
+                        set_process_affinity(system.pid, everywhere)  # the next scenarios run unpinned
+                    except FileNotFoundError:
+                        pass
     out = []
     for system in systems:
         ok = runs[system.key]
         if not ok:
             out.append({"system": system.key, "error": errors.get(system.key, "no run succeeded")})
             continue
-        entry = {"system": system.key, "payload": 64, "runs": len(ok), "samples": sum(r["samples"] for r in ok)}
+        entry = {"system": system.key, "payload": 64, "runs": len(ok), "samples": sum(r["samples"] for r in ok),
+                 "pinned": None if pinning is None else {"server_cpus": sorted(server_cpus),
+                                                         "client_cpus": sorted(client_cpus)}}
         for key in ("p50_us", "p99_us", "p999_us", "max_us", "mean_us"):
             entry[key] = statistics.median(r[key] for r in ok)
             entry[key + "_runs"] = [r[key] for r in ok]
@@ -1531,6 +1573,23 @@ def evaluate_targets(results: dict, available: dict) -> list[dict]:
     add("round trip p50: notifyd (C client) / C relay", ratio(p("notifyd-c", "p50_us"), p("relay", "p50_us")), 1.25, "lower")
     add("round trip p50: notifyd (C client) / Redis", ratio(p("notifyd-c", "p50_us"), p("redis", "p50_us")), 1.0, "lower")
     add("round trip p99: notifyd (C client) / C relay", ratio(p("notifyd-c", "p99_us"), p("relay", "p99_us")), 1.5, "lower")
+    # Issue 13 raised the throttled targets of issue 6 (the rows above).
+    for n in (1, 4, 16):
+        add(f"issue 13 · throttled fan-out S={n}: notifyd (C client) / C relay", ratio(rate("notifyd-c", n), rate("relay", n)),
+            1.0, "higher")
+    for n in (1, 4, 16):
+        add(f"issue 13 · throttled fan-out S={n}: notifyd (Swift library) / Redis",
+            ratio(rate("notifyd-swift", n), rate("redis", n)), 2.0, "higher",
+            "" if available.get("redis") else "Redis skipped")
+    add("issue 13 · throttled fan-out 4 × 16 KiB: notifyd (Swift library) / Redis",
+        ratio(rate("notifyd-swift", 4, 16384), rate("redis", 4, 16384)), 1.0, "higher",
+        "" if available.get("redis") else "Redis skipped")
+    add("issue 13 · throttled fan-out 4 × 16 KiB: notifyd (C client) / C relay",
+        ratio(rate("notifyd-c", 4, 16384), rate("relay", 4, 16384)), 0.9, "higher")
+    runs = find(rtt, system="notifyd-c") or {}
+    add("issue 13 · round trip p50: notifyd (C client) / C relay", ratio(p("notifyd-c", "p50_us"), p("relay", "p50_us")),
+        1.1, "lower", ("pinned" if runs.get("pinned") else "unpinned (the target is on pinned runs)")
+        + (f", {runs['runs']} interleaved runs" if runs.get("runs") else ""))
     pats = results.get("patterns", [])
     none = find(pats, system="notifyd-c", patterns=0)
     most = max((r for r in pats if r.get("system") == "notifyd-c" and "error" not in r),
@@ -1753,7 +1812,10 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
 
     rtt = res.get("rtt", [])
     if rtt:
-        lines.append("**2 · Round trip** (ping → pong through the system, 64 B), µs; median of interleaved runs")
+        pins = next((r["pinned"] for r in rtt if r.get("pinned")), None)
+        where = (f"; pinned: the server on CPU {','.join(map(str, pins['server_cpus']))}, both clients on CPU "
+                 f"{','.join(map(str, pins['client_cpus']))}" if pins else "; unpinned")
+        lines.append("**2 · Round trip** (ping → pong through the system, 64 B), µs; median of interleaved runs" + where)
         lines.append("")
         lines.append("| system | p50 | p99 | p99.9 | max | samples |")
         lines.append("|---|---|---|---|---|---|")
@@ -2210,6 +2272,8 @@ def main() -> int:
                         help="use the existing Swift builds of both packages (make test builds them first)")
     parser.add_argument("--systems", default="", help="comma-separated subset of: " + ",".join(c.key for c in SYSTEM_CLASSES))
     parser.add_argument("--scenarios", default="", help="comma-separated subset of: " + ",".join(ALL_SCENARIOS))
+    parser.add_argument("--rtt-unpinned", action="store_true",
+                        help="round trips without pinning the server and the clients to separate CPUs")
     parser.add_argument("--profile", action="store_true", help="also record a perf profile of notifyd (fan-out S=16)")
     parser.add_argument("--profile-subscribers", type=int, default=16, help="subscribers in the --profile fan-out")
     parser.add_argument("--alt-bin", default=None,
