@@ -45,18 +45,32 @@ struct SubscriptionGroup {
         members[id] = policy.strength
         ranks.insert(Rank(strength: policy.strength, id: id))
         if marksRetained { markingCount += 1 }
-        guard ranks.count > 2 * members.count + 16 else { return 1 }
-        // Stale ranks below the top are never popped: a loop that removes and adds other members would grow the
-        // heap without bound. Rebuilding costs the members, once per at least as many insertions.
-        ranks = Heap(members.map { Rank(strength: $1, id: $0) })
-        return 1 + members.count
+        return 1 + trimmed()
     }
 
     /// Removes subscription `id`, a member (`marksRetained`: whether it had the flag).
-    mutating func remove(_ id: UInt32, marksRetained: Bool) {
+    ///
+    /// - Returns: the ranks looked at (see ``insert(_:_:marksRetained:)``).
+    @discardableResult
+    mutating func remove(_ id: UInt32, marksRetained: Bool) -> Int {
         members[id] = nil
         if marksRetained { markingCount -= 1 }
+        return trimmed()
     }
+
+    /// Rebuilds the heap from the members once stale ranks outnumber them: stale ranks below the top are never
+    /// popped, so a loop that removes and adds other members would grow it without bound, and a group that
+    /// shrank would keep its largest heap. Costs the members, once per at least as many changes.
+    ///
+    /// - Returns: the ranks looked at.
+    private mutating func trimmed() -> Int {
+        guard ranks.count > 2 * members.count + 16 else { return 0 }
+        ranks = Heap(members.map { Rank(strength: $1, id: $0) })
+        return members.count
+    }
+
+    /// The ranks the heap holds, stale ones included (the tests bound it).
+    var storedRanks: Int { ranks.count }
 
     /// The strongest member's id (the group is not empty), dropping the stale ranks above it.
     ///

@@ -29,11 +29,11 @@ struct SubscriptionTable {
     }
 
     private var byID: [UInt32: Subscription] = [:]
-    /// The subscriptions per exact name the peer subscribed to more than once (rare: empty unless a client
-    /// subscribes to one name twice).
-    private var repeatedExact: [ExactName: SubscriptionGroup] = [:]
-    /// The subscriptions per pattern text.
-    private var patternGroups: [ExactName: SubscriptionGroup] = [:]
+    /// The subscriptions per text (an exact name or a pattern) the peer subscribed to more than once (rare: empty
+    /// unless a client subscribes to one text twice).
+    private var repeated: [ExactName: SubscriptionGroup] = [:]
+    /// The subscription of each pattern the peer subscribed to once (an exact name's is the index's entry).
+    private var singlePatterns: [ExactName: UInt32] = [:]
     /// The ids of the subscriptions with the marks-retained flag (empty for almost every peer).
     private var markingIDs: Set<UInt32> = []
     /// Group members looked at so far to find the strongest of a text's subscriptions (a wrapping count): what
@@ -52,10 +52,15 @@ struct SubscriptionTable {
         byID.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     }
 
+    /// The ranks held for the subscriptions with `text`, stale ones included (0 unless it has several).
+    func storedRanks(of text: String) -> Int { repeated[ExactName(text)]?.storedRanks ?? 0 }
+
     /// The trie labels `subscription` adds, charged to the user: a pattern new to this peer adds its labels, an
     /// exact name or a pattern the peer has already adds none.
     func patternLabels(adding subscription: Subscription) -> Int {
-        guard case .pattern(let pattern, _) = subscription, patternGroups[ExactName(pattern.text)] == nil else { return 0 }
+        guard case .pattern(let pattern, _) = subscription else { return 0 }
+        let key = ExactName(pattern.text)
+        guard singlePatterns[key] == nil, repeated[key] == nil else { return 0 }
         return PatternTrie.cost(of: pattern)
     }
 
@@ -66,32 +71,25 @@ struct SubscriptionTable {
     ) {
         byID[id] = subscription
         if marksRetained { markingIDs.insert(id) }
-        switch subscription {
-        case .pattern(let pattern, let policy):
-            let key = ExactName(pattern.text)
-            let isNew = patternGroups[key] == nil
-            if isNew {
-                patternGroups[key] = SubscriptionGroup(id, policy, marksRetained: marksRetained)
-            } else {
-                groupEntriesVisited &+= patternGroups[key]!.insert(id, policy, marksRetained: marksRetained)
+        let key = ExactName(subscription.text)
+        if repeated[key] != nil {
+            groupEntriesVisited &+= repeated[key]!.insert(id, subscription.policy, marksRetained: marksRetained)
+        } else if let other = onlyOther(subscription, key, peer: peer, index: index) {
+            var group = SubscriptionGroup(other, byID[other]!.policy, marksRetained: self.marksRetained(other))
+            group.insert(id, subscription.policy, marksRetained: marksRetained)
+            repeated[key] = group
+            singlePatterns[key] = nil
+        } else {
+            let subscriber = Subscriber(peer: peer, subscriptionID: id, policy: subscription.policy, marksRetained: marksRetained)
+            switch subscription {
+            case .exact(let name, _): index.set(subscriber, exact: name)
+            case .pattern(let pattern, _):
+                singlePatterns[key] = id
+                index.set(subscriber, pattern: pattern, isNew: true)
             }
-            index.set(strongest(patternGroups[key]!.strongest(), of: patternGroups[key]!, peer: peer), pattern: pattern, isNew: isNew)
-        case .exact(let name, let policy):
-            let key = ExactName(name)
-            if repeatedExact[key] != nil {
-                groupEntriesVisited &+= repeatedExact[key]!.insert(id, policy, marksRetained: marksRetained)
-            } else if let existing = index.subscriber(of: peer, exact: name) {
-                var group = SubscriptionGroup(
-                    existing.subscriptionID, existing.policy, marksRetained: self.marksRetained(existing.subscriptionID))
-                group.insert(id, policy, marksRetained: marksRetained)
-                repeatedExact[key] = group
-            } else {
-                index.set(
-                    Subscriber(peer: peer, subscriptionID: id, policy: policy, marksRetained: marksRetained), exact: name)
-                return
-            }
-            index.set(strongest(repeatedExact[key]!.strongest(), of: repeatedExact[key]!, peer: peer), exact: name)
+            return
         }
+        listStrongest(key, subscription, peer: peer, index: index)
     }
 
     /// Removes a subscription, and `peer`'s entry from `index` when no other subscription has its text.
@@ -101,25 +99,16 @@ struct SubscriptionTable {
     mutating func remove(_ id: UInt32, peer: Peer, index: SubscriberIndex) -> (Subscription, patternLabels: Int)? {
         guard let subscription = byID.removeValue(forKey: id) else { return nil }
         let marked = markingIDs.remove(id) != nil
-        switch subscription {
-        case .pattern(let pattern, _):
-            let key = ExactName(pattern.text)
-            patternGroups[key]!.remove(id, marksRetained: marked)
-            if patternGroups[key]!.count == 0 {
-                patternGroups[key] = nil
-                index.remove(peer, pattern: pattern)
-                return (subscription, PatternTrie.cost(of: pattern))
-            }
-            index.set(strongest(patternGroups[key]!.strongest(), of: patternGroups[key]!, peer: peer), pattern: pattern)
-        case .exact(let name, _):
-            let key = ExactName(name)
-            guard repeatedExact[key] != nil else {
-                index.remove(peer, exact: name)
-                return (subscription, 0)
-            }
-            repeatedExact[key]!.remove(id, marksRetained: marked)
-            index.set(strongest(repeatedExact[key]!.strongest(), of: repeatedExact[key]!, peer: peer), exact: name)
-            if repeatedExact[key]!.count == 1 { repeatedExact[key] = nil }
+        let key = ExactName(subscription.text)
+        guard repeated[key] != nil else {
+            if case .pattern = subscription { singlePatterns[key] = nil }
+            return (subscription, Self.unlist(subscription, peer: peer, index: index))
+        }
+        groupEntriesVisited &+= repeated[key]!.remove(id, marksRetained: marked)
+        let remaining = listStrongest(key, subscription, peer: peer, index: index)
+        if repeated[key]!.count == 1 {
+            repeated[key] = nil
+            if case .pattern = subscription { singlePatterns[key] = remaining }
         }
         return (subscription, 0)
     }
@@ -129,32 +118,59 @@ struct SubscriptionTable {
     /// - Returns: how many subscriptions there were and the pattern labels they gave back.
     mutating func removeAll(peer: Peer, from index: SubscriberIndex) -> (subscriptions: Int, patternLabels: Int) {
         var labels = 0
-        for subscription in byID.values {
-            switch subscription {
-            case .exact(let name, _):
-                index.remove(peer, exact: name)
-            case .pattern(let pattern, _):
-                // Once per pattern: its first subscription takes the entry and the labels with it.
-                guard patternGroups.removeValue(forKey: ExactName(pattern.text)) != nil else { continue }
-                index.remove(peer, pattern: pattern)
-                labels += PatternTrie.cost(of: pattern)
-            }
+        // Once per text: a name subscribed to 65,536 times is one entry in the index.
+        for subscription in byID.values where repeated.isEmpty || repeated[ExactName(subscription.text)] == nil {
+            labels += Self.unlist(subscription, peer: peer, index: index)
+        }
+        for var group in repeated.values {
+            labels += Self.unlist(byID[group.strongest().id]!, peer: peer, index: index)
         }
         let count = byID.count
         byID.removeAll()
-        repeatedExact.removeAll()
-        patternGroups.removeAll()
+        repeated.removeAll()
+        singlePatterns.removeAll()
         markingIDs.removeAll()
         return (count, labels)
     }
 
-    /// The strongest subscription of `group`, `chosen`, as the index lists it: marking retained posts if any of
-    /// the group's subscriptions does.
-    private mutating func strongest(
-        _ chosen: (id: UInt32, visited: Int), of group: SubscriptionGroup, peer: Peer
-    ) -> Subscriber {
-        groupEntriesVisited &+= chosen.visited
-        return Subscriber(
-            peer: peer, subscriptionID: chosen.id, policy: byID[chosen.id]!.policy, marksRetained: group.marksRetained)
+    /// The id of the one subscription `peer` has with the text of `subscription` (`key`), if it has exactly one.
+    private func onlyOther(_ subscription: Subscription, _ key: ExactName, peer: Peer, index: SubscriberIndex) -> UInt32? {
+        switch subscription {
+        case .exact(let name, _): index.subscriber(of: peer, exact: name)?.subscriptionID
+        case .pattern: singlePatterns[key]
+        }
+    }
+
+    /// Lists `peer` in `index` under the strongest subscription of the group `key` (the text of `subscription`),
+    /// marking retained posts if any of the group's subscriptions does.
+    ///
+    /// - Returns: the strongest subscription's id.
+    @discardableResult
+    private mutating func listStrongest(
+        _ key: ExactName, _ subscription: Subscription, peer: Peer, index: SubscriberIndex
+    ) -> UInt32 {
+        let (id, visited) = repeated[key]!.strongest()
+        groupEntriesVisited &+= visited
+        let subscriber = Subscriber(
+            peer: peer, subscriptionID: id, policy: byID[id]!.policy, marksRetained: repeated[key]!.marksRetained)
+        switch subscription {
+        case .exact(let name, _): index.set(subscriber, exact: name)
+        case .pattern(let pattern, _): index.set(subscriber, pattern: pattern)
+        }
+        return id
+    }
+
+    /// Removes `peer`'s entry for `subscription`'s text from `index`.
+    ///
+    /// - Returns: the pattern labels it gives back.
+    private static func unlist(_ subscription: Subscription, peer: Peer, index: SubscriberIndex) -> Int {
+        switch subscription {
+        case .exact(let name, _):
+            index.remove(peer, exact: name)
+            return 0
+        case .pattern(let pattern, _):
+            index.remove(peer, pattern: pattern)
+            return PatternTrie.cost(of: pattern)
+        }
     }
 }

@@ -92,12 +92,13 @@ final class UserAccount {
     }
 
     /// Whether the user can retain a notification charged `cost` bytes (``StateStore/retainedCost(name:payloadBytes:)``)
-    /// in place of one of its own charged `replaced`.
+    /// in place of one of its own charged `replaced`. One that does not grow the charge always can, even over the
+    /// quota (lowered by a reload, or charged anew after a hand-over): its values can still change.
     ///
     /// - Returns: why the notification cannot be retained, or `nil`.
     func checkRetained(_ cost: Int, replacing replaced: Int) -> String? {
         let quota = quotas.retainedBytesPerUID
-        guard !isExempt, retainedBytes - replaced + cost > quota else { return nil }
+        guard !isExempt, cost > replaced, retainedBytes - replaced + cost > quota else { return nil }
         return "retaining this notification (\(cost) bytes: its payload, its name and \(StateStore.retainedEntryCost) per "
             + "name) would exceed uid \(uid)'s quota of \(quota) retained bytes, \(retainedBytes - replaced) in use "
             + "(quota retained-bytes-per-uid)"

@@ -45,10 +45,69 @@ struct RepeatedSubscriptionTests {
         _ = table.remove(7, peer: peer, index: index)
         table.add(7, .init(pattern, .coalesce), peer: peer, index: index)
         #expect(try Self.listing(index, peer, text)! == (5, .coalesce, false), "the lower id between equals")
-        _ = table.remove(5, peer: peer, index: index)
-        _ = table.remove(7, peer: peer, index: index)
+        #expect(table.remove(5, peer: peer, index: index)?.patternLabels == 0)
+        let labels = pattern.hasWildcards ? PatternTrie.cost(of: pattern) : 0
+        #expect(table.remove(7, peer: peer, index: index)?.patternLabels == labels, "given back with the last one")
         #expect(try Self.listing(index, peer, text) == nil, "no subscription left")
         #expect(table.count == 0)
+    }
+
+    @Test("a subscription removed below the top and added again with a weaker policy is ranked by its new policy", arguments: ["org.example.a", "org.*.b"])
+    func staleRankBelowTheTop(text: String) throws {
+        let peer = makeDetachedPeers(1, label: "repeated")[0]
+        let index = SubscriberIndex()
+        var table = SubscriptionTable()
+        let pattern = try NotificationPattern(text)
+        table.add(1, .init(pattern, .queue(limit: 100)), peer: peer, index: index)
+        table.add(2, .init(pattern, .queue(limit: 10)), peer: peer, index: index)
+        table.add(3, .init(pattern, .queue(limit: 5)), peer: peer, index: index)
+        table.add(4, .init(pattern, .coalesce), peer: peer, index: index)
+        _ = table.remove(2, peer: peer, index: index)
+        table.add(2, .init(pattern, .coalesce), peer: peer, index: index)
+        _ = table.remove(1, peer: peer, index: index)
+        #expect(try Self.listing(index, peer, text)! == (3, .queue(limit: 5), false), "not 2, whose queue(10) is gone")
+    }
+
+    @Test("what a text's subscriptions keep stays within twice their number, however they churn or shrink")
+    func storedRanksAreBounded() throws {
+        let peer = makeDetachedPeers(1, label: "repeated")[0]
+        let index = SubscriberIndex()
+        var table = SubscriptionTable()
+        let text = "org.example.bounded"
+        let pattern = try NotificationPattern(text)
+        table.add(1, .init(pattern, .queue(limit: 100)), peer: peer, index: index)
+        for id in UInt32(2)...1_000 { table.add(id, .init(pattern, .coalesce), peer: peer, index: index) }
+        var most = 0
+        for round in 0..<100_000 {
+            let id = UInt32(2 + round % 999)
+            _ = table.remove(id, peer: peer, index: index)
+            table.add(id, .init(pattern, .queue(limit: UInt32(1 + round % 50))), peer: peer, index: index)
+            most = max(most, table.storedRanks(of: text))
+        }
+        #expect(most <= 2 * 1_000 + 17, "\(most) ranks kept for 1,000 subscriptions")
+        for id in UInt32(2)...999 { _ = table.remove(id, peer: peer, index: index) }
+        #expect(table.storedRanks(of: text) <= 2 * 2 + 16, "\(table.storedRanks(of: text)) ranks kept for 2 subscriptions")
+        _ = table.remove(1_000, peer: peer, index: index)
+        #expect(table.storedRanks(of: text) == 0, "one subscription left: no group")
+        #expect(try Self.listing(index, peer, text)! == (1, .queue(limit: 100), false))
+    }
+
+    @Test("a connection that goes away gives back each pattern's labels once, however often it subscribed to it")
+    func removeAllGivesLabelsBackOnce() throws {
+        let peer = makeDetachedPeers(1, label: "repeated")[0]
+        let index = SubscriberIndex()
+        var table = SubscriptionTable()
+        let repeated = try NotificationPattern("org.*.repeated")
+        let single = try NotificationPattern("org.single.>")
+        for id in UInt32(1)...50 { table.add(id, .init(repeated, .coalesce), peer: peer, index: index) }
+        table.add(51, .init(single, .coalesce), peer: peer, index: index)
+        for id in UInt32(52)...60 { table.add(id, .init(try NotificationPattern("org.example.n"), .coalesce), peer: peer, index: index) }
+        let removed = table.removeAll(peer: peer, from: index)
+        #expect(removed.subscriptions == 60)
+        #expect(removed.patternLabels == PatternTrie.cost(of: repeated) + PatternTrie.cost(of: single))
+        #expect(try Self.listing(index, peer, "org.*.repeated") == nil)
+        #expect(try Self.listing(index, peer, "org.example.n") == nil)
+        #expect(index.patternCount == 0 && index.nameCount == 0)
     }
 
     @Test("subscribing to one text 20,000 times and churning its strongest costs O(1) group entries per request", arguments: ["org.example.a", "org.*.b"])

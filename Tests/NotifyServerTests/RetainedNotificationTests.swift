@@ -94,7 +94,7 @@ struct RetainedNotificationTests {
     @Test("retained-bytes-per-uid: a retained post beyond the quota is refused and has no effect; replacing one's own frees its bytes; root is exempt")
     func retainedBytesQuota() async throws {
         // Each retained notification is charged its payload, its name and 512 bytes: quota.one with 6 bytes is 527.
-        try await withServer(everyUser: true, { $0.access.quotas.retainedBytesPerUID = 1_060 }) { server in
+        try await withServer(everyUser: true, { $0.access.quotas.retainedBytesPerUID = 1_057 }) { server in
             let alice = try await server.connect("alice", as: .alice)
             let bob = try await server.connect("bob", as: .bob)
             let root = try await server.connect("root")
@@ -109,7 +109,7 @@ struct RetainedNotificationTests {
             #expect(refused.code == .quotaExceeded)
             #expect(!refused.closesConnection)
             #expect(refused.message == "retaining this notification (581 bytes: its payload, its name and 512 per name) "
-                + "would exceed uid 4201's quota of 1060 retained bytes, 527 in use (quota retained-bytes-per-uid)")
+                + "would exceed uid 4201's quota of 1057 retained bytes, 527 in use (quota retained-bytes-per-uid)")
             try await watcher.expectQuiet("a refused post is not delivered")
             #expect(try await server.status().posts == postsBefore, "a refused post takes no sequence number")
             let two = try await watcher.subscribe("quota.two", id: 2, retained: true)
@@ -119,7 +119,7 @@ struct RetainedNotificationTests {
             try await alice.post("quota.one", "0123456789", retain: true)
             _ = try await watcher.nextNotification()
             let full = try await alice.postRefused("quota.four", "0123456789", retain: true)
-            #expect(full.code == .quotaExceeded, "531 + 532 > 1,060")
+            #expect(full.code == .quotaExceeded, "531 + 532 > 1,057")
             // Posts without retain are not limited by it.
             try await alice.post("quota.two", String(repeating: "x", count: 100))
             _ = try await watcher.nextNotification()
@@ -159,5 +159,17 @@ struct RetainedNotificationTests {
             // Replacing one of them costs nothing more.
             try await alice.post("fill.n100000", "", retain: true)
         }
+    }
+
+    @Test("a user over its retained quota (lowered, or charged anew after a hand-over) can still replace a value with one no larger")
+    func replacementOverTheQuota() {
+        var quotas = AccessConfiguration.Quotas()
+        quotas.retainedBytesPerUID = 1_000
+        let account = UserAccounts(quotas: quotas).account(for: 4_201)
+        account.chargeRetained(5_000)
+        #expect(account.checkRetained(600, replacing: 600) == nil, "the same charge")
+        #expect(account.checkRetained(550, replacing: 600) == nil, "a smaller one")
+        #expect(account.checkRetained(601, replacing: 600) != nil, "a larger one")
+        #expect(account.checkRetained(524, replacing: 0) != nil, "a new name")
     }
 }
