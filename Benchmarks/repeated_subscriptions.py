@@ -105,6 +105,8 @@ def main() -> None:
         stop.set()
         pinger.join(timeout=30)
         round_trips.sort()
+        if not round_trips:
+            sys.exit("the other client completed no round trip")
         print(f"{subscriptions:,} subscriptions to one name, then {rounds:,} × (UNSUBSCRIBE, SUBSCRIBE) of the strongest: "
               f"{answered[0] if answered else 0:,}/{expected:,} replies in {elapsed:.2f} s; another client's round trips "
               f"meanwhile: {len(round_trips)}, median {round_trips[len(round_trips) // 2] * 1e3:.2f} ms, "

@@ -26,6 +26,8 @@ def rss_kib(pid: int) -> int:
 
 
 def main() -> None:
+    if os.geteuid() != 0:
+        sys.exit("run as root: other users' retained notifications stop at their quota")
     binary = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
     length = max(8, int(sys.argv[3]) if len(sys.argv) > 3 else 12)

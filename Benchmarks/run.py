@@ -1218,13 +1218,13 @@ def scenario_rtt(ctx: Context, systems: list[System], results: dict) -> None:
             except Exception as e:  # noqa: BLE001
                 errors[system.key] = str(e)[-500:]
             finally:
-                board.stop()
-                board.close()
                 if server_cpus is not None and system.pid is not None:
                     try:
                         set_process_affinity(system.pid, everywhere)  # the next scenarios run unpinned
                     except FileNotFoundError:
                         pass
+                board.stop()
+                board.close()
     out = []
     for system in systems:
         ok = runs[system.key]
