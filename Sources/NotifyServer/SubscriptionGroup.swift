@@ -1,8 +1,8 @@
 import HeapModule
 import NotifyWire
 
-/// One peer's subscriptions with the same text (an exact name it subscribed to more than once, or a pattern):
-/// the index lists the peer once for all of them, under the strongest (``Subscriber/isWeaker(than:)``).
+/// One peer's subscriptions with the same text (an exact name or a pattern it subscribed to more than once): the
+/// index lists the peer once for all of them, under the strongest (``Subscriber/isWeaker(than:)``).
 ///
 /// A connection may hold tens of thousands of subscriptions to one text and unsubscribe and resubscribe the
 /// strongest in a loop, so adding, removing and finding the strongest cost O(log n) amortised, not a walk of
@@ -58,9 +58,9 @@ struct SubscriptionGroup {
         return trimmed()
     }
 
-    /// Rebuilds the heap from the members once stale ranks outnumber them: stale ranks below the top are never
-    /// popped, so a loop that removes and adds other members would grow it without bound, and a group that
-    /// shrank would keep its largest heap. Costs the members, once per at least as many changes.
+    /// Rebuilds the heap from the members once it holds more than twice as many ranks, and 16: stale ranks below
+    /// the top are never popped, so a loop that removes and adds other members would grow it without bound, and a
+    /// group that shrank would keep its largest heap. Costs the members, once per at least as many changes.
     ///
     /// - Returns: the ranks looked at.
     private mutating func trimmed() -> Int {

@@ -118,12 +118,15 @@ struct SubscriptionTable {
     /// - Returns: how many subscriptions there were and the pattern labels they gave back.
     mutating func removeAll(peer: Peer, from index: SubscriberIndex) -> (subscriptions: Int, patternLabels: Int) {
         var labels = 0
-        // Once per text: a name subscribed to 65,536 times is one entry in the index.
         for subscription in byID.values where repeated.isEmpty || repeated[ExactName(subscription.text)] == nil {
             labels += Self.unlist(subscription, peer: peer, index: index)
         }
-        for var group in repeated.values {
-            labels += Self.unlist(byID[group.strongest().id]!, peer: peer, index: index)
+        // Once per repeated text (a name subscribed to 65,536 times is one entry in the index): by its first
+        // subscription met, which takes the group with it.
+        if !repeated.isEmpty {
+            for subscription in byID.values where repeated.removeValue(forKey: ExactName(subscription.text)) != nil {
+                labels += Self.unlist(subscription, peer: peer, index: index)
+            }
         }
         let count = byID.count
         byID.removeAll()
@@ -134,6 +137,8 @@ struct SubscriptionTable {
     }
 
     /// The id of the one subscription `peer` has with the text of `subscription` (`key`), if it has exactly one.
+    /// An exact name's is the index's entry for `peer`, which only this table writes (the state watchers have
+    /// an index of their own).
     private func onlyOther(_ subscription: Subscription, _ key: ExactName, peer: Peer, index: SubscriberIndex) -> UInt32? {
         switch subscription {
         case .exact(let name, _): index.subscriber(of: peer, exact: name)?.subscriptionID
