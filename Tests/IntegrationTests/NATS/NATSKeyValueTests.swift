@@ -62,6 +62,10 @@ extension ByteBuffer {
 
 @Suite("NATS request/reply and JetStream key-value against nats-server", .serialized)
 struct NATSKeyValueTests {
+    /// How long a request that must be answered may wait: the client's default (5 s) is too short under
+    /// ThreadSanitizer, where every test of the run starts at once on two slowed cores.
+    private static let answered = TimeAmount.milliseconds(Int64(TestScale.timeout(10) * 1_000))
+
     private func jetStreamServer(_ scope: IntegrationScope, port: Int = 0) async throws -> NATSServerProcess {
         try await NATSServerProcess.start(in: scope, port: port, jetStreamDirectory: scope.directory + "/js")
     }
@@ -79,14 +83,14 @@ struct NATSKeyValueTests {
             _ = try responder.subscribe("svc.silent") { _ in }
             try await responder.flush()
 
-            let reply = try await client.request("svc.echo", payload: .text("ping"))
+            let reply = try await client.request("svc.echo", payload: .text("ping"), timeout: Self.answered)
             #expect(String(buffer: reply.payload) == "ping")
             #expect(reply.headers?["Echo"] == "1")
             // Concurrent requests share the one inbox subscription: each gets its own reply.
             let replies = try await withThrowingTaskGroup(of: (Int, String).self) { group in
                 for index in 0..<50 {
                     group.addTask {
-                        (index, String(buffer: try await client.request("svc.echo", payload: .text("r\(index)")).payload))
+                        (index, String(buffer: try await client.request("svc.echo", payload: .text("r\(index)"), timeout: Self.answered).payload))
                     }
                 }
                 return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
@@ -110,7 +114,7 @@ struct NATSKeyValueTests {
             _ = try await poll("both clients to reconnect", timeout: 20) {
                 client.statistics.reconnects == 1 && responder.statistics.reconnects == 1 ? true : nil
             }
-            let again = try await client.request("svc.echo", payload: .text("after"), timeout: .seconds(10))
+            let again = try await client.request("svc.echo", payload: .text("after"), timeout: Self.answered)
             #expect(String(buffer: again.payload) == "after")
             #expect(restarted.child.isRunning)
             await client.close()
@@ -127,7 +131,7 @@ struct NATSKeyValueTests {
             let kv = try await client.keyValue(bucket: "cfg")
             #expect(kv.streamName == "KV_cfg")
 
-            let info = try await client.request("$JS.API.STREAM.INFO.KV_cfg")
+            let info = try await client.request("$JS.API.STREAM.INFO.KV_cfg", timeout: Self.answered)
             let json = try JSONSerialization.jsonObject(with: Data(info.payload.readableBytesView)) as? [String: Any]
             let config = try #require(json?["config"] as? [String: Any])
             #expect(config["subjects"] as? [String] == ["$KV.cfg.>"])
@@ -157,7 +161,8 @@ struct NATSKeyValueTests {
             }
             // A stream that is not a bucket's (no per-subject limit) is refused.
             let other = try await client.request(
-                "$JS.API.STREAM.CREATE.KV_plain", payload: .text(#"{"name":"KV_plain","subjects":["plain.>"]}"#))
+                "$JS.API.STREAM.CREATE.KV_plain", payload: .text(#"{"name":"KV_plain","subjects":["plain.>"]}"#),
+                timeout: Self.answered)
             #expect(String(buffer: other.payload).contains("\"name\":\"KV_plain\""))
             await #expect(throws: NATSKeyValueError.badBucket("plain")) {
                 try await client.keyValue(bucket: "plain", createIfMissing: false)
