@@ -119,7 +119,7 @@ struct ShutdownTests {
         server.shutdown()
         gate.signal()
         do {
-            try await finished.wait(timeout: .seconds(10), for: "run() to return after shutdown()")
+            try await finished.wait(timeout: .seconds(Int64(TestScale.timeout(10))), for: "run() to return after shutdown()")
         } catch {
             Issue.record(error)
             task.cancel()  // the cancellation handler closes the listener, so run() returns
