@@ -14,7 +14,7 @@ extension CenterCore {
             let added = state.registry.add(pattern, key: key) { id, slot in
                 ObservationCore(
                     id: id, name: patternText, key: key, stagingSlot: slot,
-                    executor: target.makeExecutor(label: "notify.observation.\(id)"), handler: handler)
+                    executor: target.makeExecutor(label: "notify.observation.\(id)"), backlog: backlog, handler: handler)
             }
             let core = added.core
             guard !isLocal, state.channel != nil else { return (core, false) }

@@ -18,7 +18,8 @@ extension CenterCore {
             let added = state.registry.add(pattern, key: key) { id, slot in
                 ObservationCore(
                     id: id, name: patternText, key: key, stagingSlot: slot, sendingCurrentStates: sendingCurrent,
-                    executor: target.makeExecutor(label: "notify.observation.\(id)"), stateHandler: handler)
+                    executor: target.makeExecutor(label: "notify.observation.\(id)"), backlog: backlog,
+                    stateHandler: handler)
             }
             let core = added.core
             guard state.channel != nil else { return (core, false) }

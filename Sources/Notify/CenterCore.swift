@@ -31,6 +31,8 @@ final class CenterCore: Sendable {
     /// The registry's generation, read by the I/O thread without the lock (see ``NotificationRun``).
     let routingGeneration: ManagedAtomic<UInt64>
     let localSender = SenderCredentials(pid: UInt32(getpid()), uid: getuid(), gid: getgid())
+    /// What the handlers have yet to handle, which pauses reading when it grows past the configured limit.
+    let backlog: DeliveryBacklog
 
     init(configuration: NotifyCenter.Configuration) {
         self.configuration = configuration
@@ -41,6 +43,7 @@ final class CenterCore: Sendable {
         self.eventLoop = group.next()
         let generation = ManagedAtomic<UInt64>(0)
         self.routingGeneration = generation
+        self.backlog = DeliveryBacklog(limit: configuration.pendingDeliveryLimit)
         self.state = AdaptiveLockedValue(
             State(connection: Connection(policy: configuration.reconnect), registry: ObservationRegistry(generation: generation)))
     }

@@ -1,9 +1,11 @@
 import NIOCore
 import NotifyWire
 
-/// Cuts the daemon's byte stream into frames and hands them to the ``CenterCore`` (on the I/O thread).
-final class DaemonChannelHandler: ChannelInboundHandler {
+/// Cuts the daemon's byte stream into frames and hands them to the ``CenterCore`` (on the I/O thread), and holds
+/// reads back while the center's handlers are too far behind (``DeliveryBacklog``).
+final class DaemonChannelHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
 
     private let core: CenterCore
     /// The protocol minimum until `WELCOME` announces the daemon's limit, which also bounds its notifications.
@@ -11,9 +13,37 @@ final class DaemonChannelHandler: ChannelInboundHandler {
     private var failure: String?
     /// Notifications of the current read burst, handed to their observations' executors at the burst's end.
     private let staging = DeliveryStaging()
+    /// A read held back by the backlog, made once it has drained.
+    private var readHeld = false
 
     init(core: CenterCore) {
         self.core = core
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        core.backlog.setResumer(owner: ObjectIdentifier(self)) {
+            bound.eventLoop.execute { bound.value.handler.resumeReading(context: bound.value.context) }
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // The resumer holds this handler, which holds the core: a cycle until the next connection's replaces it.
+        core.backlog.removeResumer(owner: ObjectIdentifier(self))
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if core.backlog.pauseIfFull() {
+            readHeld = true
+            return
+        }
+        context.read()
+    }
+
+    private func resumeReading(context: ChannelHandlerContext) {
+        guard readHeld else { return }
+        readHeld = false
+        context.read()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -9,7 +9,9 @@ import NIOConcurrencyHelpers
 ///
 /// Every target runs one observation's handler invocations one at a time, in the order the daemon
 /// delivered the notifications. Observations never wait for each other: a slow handler delays only its own
-/// observation (unless two observations share a serial queue or thread, which then runs their work in turn).
+/// observation (unless two observations share a serial queue or thread, which then runs their work in turn),
+/// until the center's handlers together lag by ``NotifyCenter/Configuration/pendingDeliveryLimit``; then the
+/// center stops reading, and the daemon applies each subscription's ``DeliveryPolicy`` to what follows.
 ///
 /// The default, ``current``, is the context that called `observe`:
 ///

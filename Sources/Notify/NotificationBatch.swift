@@ -9,12 +9,15 @@ final class NotificationBatch: @unchecked Sendable {
     private let elements: UnsafeMutablePointer<ReceivedNotification>
     /// Notifications in the batch.
     let count: Int
+    /// Their payload bytes in all.
+    let payloadBytes: Int
     /// Notifications moved out to the handler (the first `consumed` slots are uninitialized).
     private var consumed = 0
 
-    private init(elements: UnsafeMutablePointer<ReceivedNotification>, count: Int) {
+    private init(elements: UnsafeMutablePointer<ReceivedNotification>, count: Int, payloadBytes: Int) {
         self.elements = elements
         self.count = count
+        self.payloadBytes = payloadBytes
     }
 
     deinit {
@@ -45,6 +48,8 @@ final class NotificationBatch: @unchecked Sendable {
         private var capacity = 0
         /// Notifications appended since the last ``take()``.
         private(set) var count = 0
+        /// Their payload bytes.
+        private var payloadBytes = 0
 
         /// Appends `notification`; the first one allocates room for `expected`, and a full builder doubles.
         mutating func append(_ notification: consuming ReceivedNotification, expected: Int) {
@@ -57,6 +62,7 @@ final class NotificationBatch: @unchecked Sendable {
                 elements = larger
                 capacity = max(2 * capacity, expected, 1)
             }
+            payloadBytes &+= notification.payloadCount
             (elements! + count).initialize(to: notification)
             count += 1
         }
@@ -64,10 +70,11 @@ final class NotificationBatch: @unchecked Sendable {
         /// The notifications appended so far as a batch (`nil` if none); the builder is empty afterwards.
         mutating func take() -> NotificationBatch? {
             guard let elements, count > 0 else { return nil }
-            let batch = NotificationBatch(elements: elements, count: count)
+            let batch = NotificationBatch(elements: elements, count: count, payloadBytes: payloadBytes)
             self.elements = nil
             capacity = 0
             count = 0
+            payloadBytes = 0
             return batch
         }
 
@@ -79,6 +86,7 @@ final class NotificationBatch: @unchecked Sendable {
             self.elements = nil
             capacity = 0
             count = 0
+            payloadBytes = 0
         }
     }
 }

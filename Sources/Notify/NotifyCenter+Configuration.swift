@@ -28,6 +28,16 @@ extension NotifyCenter {
         /// (`notifyd-bridge`) turns it off so the daemon never sends back what it posted; a daemon older than this
         /// option sends them all the same.
         public var receivesOwnPosts = true
+        /// How many bytes of notifications and state changes (payloads, plus about 128 bytes each) may wait for
+        /// handlers that run on a queue, thread, run loop or actor before the center stops reading from the
+        /// daemon. Default: 8 MiB.
+        ///
+        /// While reading is paused the daemon treats the process as a slow subscriber: each subscription's policy
+        /// decides what it keeps (see ``DeliveryPolicy``), so a handler slower than the posters costs the
+        /// process at most this much memory. The pause holds back every observation of the center, and replies
+        /// to requests; it ends when what waits has fallen to half the limit. `.immediate` handlers run as
+        /// notifications are read and are never charged.
+        public var pendingDeliveryLimit = 8 << 20
 
         /// Creates a configuration; every parameter has the default described on its property.
         public init(

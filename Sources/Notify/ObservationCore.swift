@@ -12,6 +12,12 @@ final class ObservationCore: Sendable {
     /// The daemon subscription it belongs to.
     let key: SubscriptionKey
     private let executor: any DeliveryExecutor
+    /// Charged for what waits on the executor (``DeliveryBacklog``).
+    private let backlog: DeliveryBacklog
+    /// This observation's part of the backlog, given back at once when it is cancelled (its jobs may then never
+    /// run: a run loop or thread that stopped); ``settled`` from then on.
+    private let outstanding = UnsafeAtomic<Int>.create(0)
+    private static let settled = Int.min
     private let handler: @Sendable (ReceivedNotification) -> Void
     /// The handler of a state observation (``NotifyCenter/observeStates(_:sendingCurrent:on:isolation:handler:)``),
     /// which has no notification handler.
@@ -33,13 +39,14 @@ final class ObservationCore: Sendable {
 
     init(
         id: UInt64, name: String, key: SubscriptionKey, stagingSlot: Int, executor: any DeliveryExecutor,
-        handler: @escaping @Sendable (ReceivedNotification) -> Void
+        backlog: DeliveryBacklog = .unbounded, handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) {
         self.id = id
         self.name = name
         self.key = key
         self.stagingSlot = stagingSlot
         self.executor = executor
+        self.backlog = backlog
         self.handler = handler
         self.stateHandler = nil
         self.sendsCurrentStates = false
@@ -49,13 +56,15 @@ final class ObservationCore: Sendable {
     /// A state observation: its handler takes ``StateChange``s; it never receives notifications.
     init(
         id: UInt64, name: String, key: SubscriptionKey, stagingSlot: Int, sendingCurrentStates: Bool,
-        executor: any DeliveryExecutor, stateHandler: @escaping @Sendable (StateChange) -> Void
+        executor: any DeliveryExecutor, backlog: DeliveryBacklog = .unbounded,
+        stateHandler: @escaping @Sendable (StateChange) -> Void
     ) {
         self.id = id
         self.name = name
         self.key = key
         self.stagingSlot = stagingSlot
         self.executor = executor
+        self.backlog = backlog
         self.handler = { _ in }
         self.stateHandler = stateHandler
         self.sendsCurrentStates = sendingCurrentStates
@@ -64,6 +73,36 @@ final class ObservationCore: Sendable {
 
     deinit {
         waitingForCurrentValue.destroy()
+        outstanding.destroy()
+    }
+
+    /// Charges `cost` to this observation and its center; `false` once the observation is cancelled.
+    private func charge(_ cost: Int) -> Bool {
+        var current = outstanding.load(ordering: .relaxed)
+        while current != Self.settled {
+            let (exchanged, original) = outstanding.weakCompareExchange(
+                expected: current, desired: current &+ cost, ordering: .relaxed)
+            if exchanged {
+                backlog.charge(cost)
+                return true
+            }
+            current = original
+        }
+        return false
+    }
+
+    /// Gives `cost` back, unless cancelling gave back everything already.
+    private func discharge(_ cost: Int) {
+        var current = outstanding.load(ordering: .relaxed)
+        while current != Self.settled {
+            let (exchanged, original) = outstanding.weakCompareExchange(
+                expected: current, desired: current &- cost, ordering: .relaxed)
+            if exchanged {
+                backlog.discharge(cost)
+                return
+            }
+            current = original
+        }
     }
 
     var isWaitingForCurrentValue: Bool { waitingForCurrentValue.load(ordering: .acquiring) }
@@ -79,16 +118,22 @@ final class ObservationCore: Sendable {
             gate.run { handler(notification) }
             return
         }
+        let cost = DeliveryBacklog.cost(notifications: 1, payloadBytes: notification.payloadCount)
+        guard charge(cost) else { return }
         executor.enqueue { [self] in
             gate.run { handler(notification) }
+            discharge(cost)
         }
     }
 
     /// Hands a state value to the executor (state observations only).
     func deliver(_ change: StateChange) {
         guard let stateHandler else { return }
+        let cost = DeliveryBacklog.cost(notifications: 1, payloadBytes: 0)
+        guard charge(cost) else { return }
         executor.enqueue { [self] in
             gate.run { stateHandler(change) }
+            discharge(cost)
         }
     }
 
@@ -98,8 +143,11 @@ final class ObservationCore: Sendable {
     /// batch runs still stops every handler invocation after it, and a handler that cancels its own
     /// observation receives nothing more from the batch.
     func deliver(batch: NotificationBatch) {
+        let cost = DeliveryBacklog.cost(notifications: batch.count, payloadBytes: batch.payloadBytes)
+        guard charge(cost) else { return }
         executor.enqueue { [self] in
             gate.runEach(batch, handler)
+            discharge(cost)
         }
     }
 
@@ -107,7 +155,10 @@ final class ObservationCore: Sendable {
     ///
     /// - Returns: `true` the first time.
     func cancel() -> Bool {
-        gate.close()
+        guard gate.close() else { return false }
+        let left = outstanding.exchange(Self.settled, ordering: .relaxed)
+        if left != Self.settled, left != 0 { backlog.discharge(left) }
+        return true
     }
 }
 
