@@ -94,6 +94,83 @@ extension Integration {
             }
         }
 
+        @Test("at the descriptor limit the watchdog's pings go on: systemd does not kill a daemon that serves its clients")
+        func watchdogAtTheLimit() async throws {
+            try await withIntegrationScope { scope in
+                let manager = try ServiceManagerSocket(path: scope.directory + "/manager.sock")
+                // Watchdog timeout 500 ms: a ping every 250 ms.
+                let child = try await DaemonProcess.start(socketPath: scope.socketPath) {
+                    try scope.launch(
+                        $0, $1,
+                        after: "ulimit -n 40; export NOTIFY_SOCKET='\(manager.path)' WATCHDOG_USEC=500000; unset WATCHDOG_PID")
+                }.child
+                try await manager.waitForMessage("READY=1") { $0.notifyAssignments["READY"] == "1" }
+
+                var served: [TestClient] = []
+                var refused = false
+                while !refused {
+                    try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
+                    switch try await Self.greet(scope.socketPath) {
+                    case .welcome(let connection): served.append(connection)
+                    case .refused: refused = true
+                    }
+                }
+                // The table is full (the reserve is taken back after each refusal): every ping from now on is sent
+                // at the limit.
+                _ = manager.drain()
+                let window = try await manager.collect(for: 2)
+                let pings = window.filter { $0 == "WATCHDOG=1" }.count
+                #expect(pings >= 3, "expected at least 3 WATCHDOG=1 in 2 s at the limit, got \(window)\n\(child.diagnostics)")
+                #expect(
+                    !child.stderrLines.contains { $0.contains("cannot ping the service manager's watchdog") },
+                    "\(child.diagnostics)")
+                for connection in served { await connection.close() }
+            }
+        }
+
+        /// The CPU time `pid` has used so far, in clock ticks (`/proc/PID/stat`: utime + stime).
+        private static func cpuTicks(of pid: Int32) throws -> Int {
+            let text = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+            // The fields after the command name (which may hold spaces), from the third on.
+            let fields = try #require(text.split(separator: ")").last).split(separator: " ")
+            return try #require(Int(fields[11])) + #require(Int(fields[12]))
+        }
+
+        @Test("at the descriptor limit a scraper waiting on the metrics socket does not make the daemon spin")
+        func metricsListenerAtTheLimit() async throws {
+            try await withIntegrationScope { scope in
+                let metrics = scope.directory + "/metrics.sock"
+                let child = try await DaemonProcess.start(socketPath: scope.socketPath, options: ["--metrics-socket", metrics]) {
+                    try scope.launch($0, $1, after: "ulimit -n 40")
+                }.child
+                var served: [TestClient] = []
+                var refused = false
+                while !refused {
+                    try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
+                    switch try await Self.greet(scope.socketPath) {
+                    case .welcome(let connection): served.append(connection)
+                    case .refused: refused = true
+                    }
+                }
+                // Scrapers in the metrics listener's queue, which the daemon cannot accept now.
+                let scrapers = try (0..<3).map { _ in try UnixSocketAddress.connectedDescriptor(metrics) }
+                defer { for scraper in scrapers { close(scraper) } }
+                // What is counted is CPU, not speed: a listener retrying accept at every turn of the loop burns the
+                // whole window (about 200 ticks in 2 s); one that backs off uses next to none.
+                let before = try Self.cpuTicks(of: child.pid)
+                try await Task.sleep(for: .seconds(2))
+                let used = try Self.cpuTicks(of: child.pid) - before
+                #expect(used < 60, "the daemon used \(used) clock ticks of CPU in 2 s, at the limit with scrapers waiting")
+                // Descriptors freed: the scrapers are served.
+                for connection in served { await connection.close() }
+                var timeout = timeval(tv_sec: Int(TestScale.timeout(20)), tv_usec: 0)
+                _ = setsockopt(scrapers[0], SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                var reply = [UInt8](repeating: 0, count: 64)
+                let count = read(scrapers[0], &reply, reply.count)
+                #expect(count > 0, "the first scraper got no metrics once descriptors were free (errno \(errno))")
+            }
+        }
+
         /// The soft and hard limits on open files in `/proc/PID/limits`.
         private static func openFileLimits(of pid: Int32) throws -> (soft: String, hard: String) {
             let text = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
