@@ -175,15 +175,34 @@ struct NotifydCommand: AsyncParsableCommand {
         var listenAddress: ListenAddress
         var handover: IncomingHandover?
         var metricsAddress: ListenAddress?
+        let stored: [InheritedSocket]
         let watchdog: ServiceWatchdog?
         do throws(SystemdError) {
-            (listenAddress, handover, metricsAddress) = try Self.listenAddress(
+            (listenAddress, stored, metricsAddress) = try Self.listenAddress(
                 defaultPath: path, explicitPath: socket, logger: logger)
             watchdog = try ServiceWatchdog.fromEnvironment()
         } catch {
             logger.critical("\(error.description)")
             throw ExitCode(1)
         }
+
+        // The configuration is read before anything is taken over from a predecessor: a file that does not parse
+        // stops this process while the clients' sockets are still the predecessor's (--replace) or still in the
+        // service manager's store, not after they were taken and would close with it.
+        let configSource = ConfigurationSource.resolve(
+            explicit: config, isSystemDaemon: Self.isSystemDaemon(listenAddress), environment: environment)
+        var access = AccessConfiguration()
+        do throws(ConfigurationError) {
+            if let loaded = try configSource.load() {
+                access = loaded
+                logger.info("configuration loaded", metadata: ["config": "\(configSource)", "rules": "\(access.rules.count)"])
+            }
+        } catch {
+            logger.critical("invalid configuration: \(error.description)")
+            throw ExitCode(1)
+        }
+
+        if !stored.isEmpty { handover = StoreHandover.take(from: stored, logger: logger).0 }
         let fromStore = handover != nil
         if replace {
             if case .inheritedDescriptor = listenAddress {
@@ -207,19 +226,6 @@ struct NotifydCommand: AsyncParsableCommand {
         let isManaged = environment["NOTIFY_SOCKET"] != nil
         var isSocketActivated = false
         if case .inheritedDescriptor = listenAddress, !replace { isSocketActivated = true }
-
-        let configSource = ConfigurationSource.resolve(
-            explicit: config, isSystemDaemon: Self.isSystemDaemon(listenAddress), environment: environment)
-        var access = AccessConfiguration()
-        do throws(ConfigurationError) {
-            if let loaded = try configSource.load() {
-                access = loaded
-                logger.info("configuration loaded", metadata: ["config": "\(configSource)", "rules": "\(access.rules.count)"])
-            }
-        } catch {
-            logger.critical("invalid configuration: \(error.description)")
-            throw ExitCode(1)
-        }
 
         var limits = ServerLimits.default
         limits.maxPayloadLength = maxPayload
@@ -274,17 +280,17 @@ struct NotifydCommand: AsyncParsableCommand {
     }
 
     /// The socket passed by the service manager (socket activation), else `defaultPath` to bind.
-    /// The sockets a predecessor left in systemd's file descriptor store are taken too.
+    /// The sockets a predecessor left in systemd's file descriptor store are set apart (`stored`), not yet opened.
     /// The metrics socket a `notifyd-metrics.socket` passes (`FileDescriptorName=metrics`) is taken too.
     private static func listenAddress(defaultPath: String, explicitPath: String?, logger: Logger) throws(SystemdError)
-        -> (ListenAddress, IncomingHandover?, metrics: ListenAddress?)
+        -> (ListenAddress, stored: [InheritedSocket], metrics: ListenAddress?)
     {
-        let (handover, passed) = StoreHandover.take(from: try SocketActivation.takeInheritedSockets(), logger: logger)
+        let (stored, passed) = StoreHandover.partition(try SocketActivation.takeInheritedSockets())
         let metrics = passed.first { $0.name == "metrics" && $0.isListeningUnixStream }
             .map { ListenAddress.inheritedDescriptor($0.descriptor, path: $0.path) }
         let inherited = passed.filter { $0.name != "metrics" }
         guard let chosen = try SocketActivation.choose(from: inherited, preferredName: "notifyd") else {
-            return (.path(defaultPath), handover, metrics)
+            return (.path(defaultPath), stored, metrics)
         }
         for other in inherited where other != chosen {
             logger.warning("ignoring an extra socket passed by the service manager", metadata: ["socket": "\(other)"])
@@ -295,7 +301,7 @@ struct NotifydCommand: AsyncParsableCommand {
                 metadata: ["socket": "\(chosen)", "ignored": "\(explicitPath)"])
         }
         logger.info("socket-activated", metadata: ["socket": "\(chosen)"])
-        return (.inheritedDescriptor(chosen.descriptor, path: chosen.path), handover, metrics)
+        return (.inheritedDescriptor(chosen.descriptor, path: chosen.path), stored, metrics)
     }
 }
 

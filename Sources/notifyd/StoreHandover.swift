@@ -79,6 +79,12 @@ struct StoreHandover: HandoverSink {
         try stored.get()
     }
 
+    /// Sets apart the sockets a predecessor left in the store (`ours`) from the others passed.
+    static func partition(_ inherited: [InheritedSocket]) -> (ours: [InheritedSocket], rest: [InheritedSocket]) {
+        let names = [parcelName, clientName, snapshotName]
+        return (inherited.filter { names.contains($0.name) }, inherited.filter { !names.contains($0.name) })
+    }
+
     /// Takes what a predecessor stored from the sockets systemd passed, leaving the others (the listening socket).
     static func take(from inherited: [InheritedSocket], logger: Logger) -> (IncomingHandover?, rest: [InheritedSocket]) {
         let ours = [parcelName, clientName, snapshotName]

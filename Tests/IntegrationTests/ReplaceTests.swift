@@ -104,6 +104,30 @@ extension Integration {
             }
         }
 
+        @Test("--replace with a configuration file that does not parse fails before taking anything over")
+        func replaceWithABrokenConfiguration() async throws {
+            try await withIntegrationScope { scope in
+                let first = try await scope.startDaemon()
+                let client = try await TestClient.connect(to: scope.socketPath, name: "stays")
+                try await client.hello()
+                let broken = scope.directory + "/broken.conf"
+                try "prefix com.example. post=nobody-such-group-or-user\nthis is not a rule\n".write(
+                    toFile: broken, atomically: true, encoding: .utf8)
+                let second = try await scope.run(
+                    .notifyd, ["--socket", scope.socketPath, "--log-level", "info", "--replace", "--config", broken])
+                #expect(second.termination != .exited(0), "\(second.diagnostics)")
+                #expect(second.stderrText.contains("invalid configuration"), "\(second.diagnostics)")
+                // The running daemon kept its client and goes on serving it.
+                #expect(first.child.isRunning, "\(first.child.diagnostics)")
+                guard case .pong = try await client.request({ .ping(requestID: $0) }).reply else {
+                    Issue.record("the client of the running daemon got no PONG\n\(first.child.diagnostics)")
+                    return
+                }
+                await client.close()
+                try await first.stop()
+            }
+        }
+
         @Test("--replace with no daemon running starts one as usual")
         func replaceWithNothingRunning() async throws {
             try await withIntegrationScope { scope in
