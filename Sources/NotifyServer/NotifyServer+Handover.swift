@@ -142,13 +142,25 @@ extension NotifyServer {
         guard let socketPath else { return nil }
         do throws(ReplaceChannel.Failure) {
             let replaceListener = try ReplaceListener(socketPath: socketPath, logger: logger)
-            replaceListener.start { [self] connection in
-                let channel = listener.withLockedValue { listener -> Channel? in
-                    guard let descriptor = listener.descriptor else { return nil }
-                    listener.replace = (connection, fcntl(descriptor, F_DUPFD_CLOEXEC, 3))
-                    return listener.channel
+            replaceListener.start { [self] connection -> String? in
+                let outcome = listener.withLockedValue { listener -> Result<Channel?, ReplaceChannel.Failure> in
+                    guard let descriptor = listener.descriptor else { return .success(nil) }
+                    // Taken before anything stops: out of descriptors, the request is refused and every client is
+                    // still served; a hand-over without the listening socket would fail after all were closed.
+                    let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 3)
+                    guard copy >= 0 else {
+                        return .failure(.system("the running daemon cannot copy its listening socket; try again later"))
+                    }
+                    listener.replace = (connection, copy)
+                    return .success(listener.channel)
                 }
-                channel?.close(promise: nil)
+                switch outcome {
+                case .success(let channel):
+                    channel?.close(promise: nil)
+                    return nil
+                case .failure(let failure):
+                    return failure.description
+                }
             }
             return replaceListener
         } catch {

@@ -104,6 +104,57 @@ extension Integration {
             }
         }
 
+        @Test("--replace while the running daemon is out of descriptors: refused or delayed, never a dropped client")
+        func replaceAtTheDescriptorLimit() async throws {
+            try await withIntegrationScope { scope in
+                let socket = scope.socketPath
+                let first = try await DaemonProcess.start(socketPath: socket) {
+                    try scope.launch($0, $1, after: "ulimit -n 40")
+                }.child
+                // Fill the running daemon's descriptor table.
+                var clients: [TestClient] = []
+                while true {
+                    try #require(clients.count < 64, "40 descriptors and still no refusal after \(clients.count) clients")
+                    let client = try await TestClient.connect(to: socket, name: "filler \(clients.count)")
+                    try? await client.send(.hello(ClientFrame.Hello(clientName: client.name)))
+                    guard case .welcome = try await client.next() else { break }
+                    clients.append(client)
+                }
+                // At the limit the running daemon either cannot accept the request yet (it retries) or cannot copy
+                // its listening socket (it refuses, and says to try again). Either way its clients stay served.
+                let second = try scope.launch(.notifyd, ["--socket", socket, "--log-level", "info", "--replace"])
+                _ = try await poll("the replace request to be refused or held", timeout: 20) { () -> Bool? in
+                    second.termination != nil || first.stderrText.contains("cannot accept a replace request now") ? true : nil
+                }
+                var successor = second
+                if second.termination != nil {
+                    #expect(second.stderrText.contains("try again later"), "\(second.diagnostics)")
+                    #expect(first.isRunning, "\(first.diagnostics)")
+                    guard case .pong = try await clients[0].request({ .ping(requestID: $0) }).reply else {
+                        Issue.record("a client of the daemon that refused got no PONG\n\(first.diagnostics)")
+                        return
+                    }
+                }
+                // Descriptors freed: the request (or a new one) is served, and every client still connected is handed over.
+                for client in clients.suffix(10) { await client.close() }
+                clients.removeLast(10)
+                if second.termination != nil {
+                    successor = try scope.launch(.notifyd, ["--socket", socket, "--log-level", "info", "--replace"])
+                }
+                #expect(try await first.waitForExit(timeout: 20) == .exited(0), "\(first.diagnostics)")
+                try await successor.waitForLine(containing: "took over", on: .stderr)
+                #expect(!first.stderrText.contains("hand-over failed"), "\(first.diagnostics)")
+                for client in clients {
+                    guard case .pong = try await client.request({ .ping(requestID: $0) }).reply else {
+                        Issue.record("\(client.name) got no PONG after the hand-over\n\(successor.diagnostics)")
+                        return
+                    }
+                }
+                successor.send(SIGTERM)
+                #expect(try await successor.waitForExit(timeout: 20) == .exited(0), "\(successor.diagnostics)")
+            }
+        }
+
         @Test("--replace with a configuration file that does not parse fails before taking anything over")
         func replaceWithABrokenConfiguration() async throws {
             try await withIntegrationScope { scope in

@@ -33,15 +33,31 @@ final class ReplaceListener: Sendable {
         }
     }
 
-    /// Serves requests until ``stop()``; `replace` stops the server and delivers its state to the connection.
-    func start(replace: @escaping @Sendable (_ connection: CInt) -> Void) {
+    /// Serves requests until ``stop()``; `replace` stops the server and delivers its state to the connection, or
+    /// returns why it cannot (the request is then refused with that reason, and a later one may succeed).
+    func start(replace: @escaping @Sendable (_ connection: CInt) -> String?) {
         let thread = Thread { [self] in
+            var shortage = false
             while true {
                 let connection = accept(descriptor, nil, nil)
                 if connection < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    let code = errno
+                    if code == EINTR || code == ECONNABORTED { continue }
+                    if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
+                        // Out of descriptors or memory for now: a successor must still be able to ask later (an
+                        // administrator's natural answer to the shortage is `--replace`). This thread only waits.
+                        if !shortage {
+                            logger.warning(
+                                "cannot accept a replace request now; retrying every 100 ms",
+                                metadata: ["error": "\(String(cString: strerror(code)))"])
+                        }
+                        shortage = true
+                        usleep(100_000)
+                        continue
+                    }
                     return  // stop() shut the socket down
                 }
+                shortage = false
                 serve(connection, replace: replace)
             }
         }
@@ -49,7 +65,7 @@ final class ReplaceListener: Sendable {
         thread.start()
     }
 
-    private func serve(_ connection: CInt, replace: @escaping @Sendable (CInt) -> Void) {
+    private func serve(_ connection: CInt, replace: @escaping @Sendable (CInt) -> String?) {
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var stream = ReplaceChannel.Stream(descriptor: connection)
@@ -79,8 +95,14 @@ final class ReplaceListener: Sendable {
             close(connection)
             return
         }
+        if let refusal = replace(connection) {
+            logger.warning("replace request refused", metadata: ["reason": "\(refusal)"])
+            ReplaceChannel.refuse(refusal, on: connection)
+            close(connection)
+            isReplacing.withLockedValue { $0 = false }
+            return
+        }
         logger.notice("handing over to a new daemon", metadata: ["uid": "\(requester)"])
-        replace(connection)
     }
 
     /// Stops serving and removes the control socket (unless `keepFile`: the successor binds its own there).
