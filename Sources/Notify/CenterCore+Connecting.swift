@@ -57,11 +57,16 @@ extension CenterCore {
                         sendingCurrentTo: observations.filter(\.sendsCurrentStates), probe: nil)
                     continue
                 }
-                _ = state.sendRequest(.subscribe(pattern: key.pattern)) {
+                // Observations that start with the current value get it on every connection: the first may be this
+                // one (observed before connecting), and a value may have been retained while disconnected.
+                let wanting = observations.filter(\.receivesCurrentValue)
+                for core in wanting { core.beginWaitingForCurrentValue() }
+                let request: PendingRequests.Request =
+                    wanting.isEmpty ? .subscribe(pattern: key.pattern) : .currentValue(wanting, probe: nil)
+                let flags = wanting.isEmpty ? key.subscribeFlags : key.subscribeFlags.union(.sendRetained)
+                _ = state.sendRequest(request) {
                     .subscribe(
-                        .init(
-                            requestID: $0, subscriptionID: id, flags: key.subscribeFlags, policy: key.policy.wire,
-                            pattern: key.pattern))
+                        .init(requestID: $0, subscriptionID: id, flags: flags, policy: key.policy.wire, pattern: key.pattern))
                 }
             }
             for _ in 0..<suspendDepth {

@@ -80,15 +80,15 @@ extension CenterCore {
         staging.returnTargetBuffer(consume targets)
     }
 
-    /// A retained notification answers one observation's request for the current value: only it receives it.
+    /// A retained notification answers a request for the current value: only the observations that asked receive it.
     func deliverRetained(_ frame: NotificationFrame, requestID: UInt32) {
-        guard case .currentValue(let core, _) = state.withLockedValue({ $0.pending[requestID] }) else { return }
+        guard case .currentValue(let cores, _) = state.withLockedValue({ $0.pending[requestID] }) else { return }
         var notification = ReceivedNotification(
             name: frame.name, payload: Array(frame.payload.readableBytesView), sequence: frame.sequence,
             sender: SenderCredentials(frame.sender))
         notification.isRetained = true
         notification.origin = frame.origin.map(NotificationOrigin.init)
-        core.deliver(notification)
+        for core in cores { core.deliver(notification) }
     }
 
     /// Hands a `self.` post to this process's observations of it; returns how many there were.

@@ -79,7 +79,7 @@ extension CenterCore {
             // The next `synchronize()` reports refused subscriptions as its error.
             switch request {
             case .subscribe(let pattern): state.pending.rejectedSubscriptions.append((pattern, error))
-            case .currentValue(let core, _): state.pending.rejectedSubscriptions.append((core.name, error))
+            case .currentValue(let cores, _): state.pending.rejectedSubscriptions.append((cores[0].name, error))
             case .currentStates(let cores, _): state.pending.rejectedSubscriptions.append((cores[0].name, error))
             default: break
             }
@@ -91,8 +91,8 @@ extension CenterCore {
             break
         case .subscribe(let pattern):
             reportRejectedSubscription(pattern, error)
-        case .currentValue(let core, _):
-            reportRejectedSubscription(core.name, error)
+        case .currentValue(let cores, _):
+            reportRejectedSubscription(cores[0].name, error)
         case .currentStates(let cores, _):
             reportRejectedSubscription(cores[0].name, error)
         case .unsubscribe(let name):

@@ -14,7 +14,8 @@ extension CenterCore {
             let added = state.registry.add(pattern, key: key) { id, slot in
                 ObservationCore(
                     id: id, name: patternText, key: key, stagingSlot: slot,
-                    executor: target.makeExecutor(label: "notify.observation.\(id)"), backlog: backlog, handler: handler)
+                    executor: target.makeExecutor(label: "notify.observation.\(id)"), backlog: backlog,
+                    receivesCurrentValue: options.receivesCurrentValue, handler: handler)
             }
             let core = added.core
             guard !isLocal, state.channel != nil else { return (core, false) }
@@ -25,7 +26,7 @@ extension CenterCore {
             let request: PendingRequests.Request
             if wantsCurrent {
                 core.beginWaitingForCurrentValue()
-                request = .currentValue(core, probe: probe)
+                request = .currentValue([core], probe: probe)
             } else {
                 request = .subscribe(pattern: patternText)
             }

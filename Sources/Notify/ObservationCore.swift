@@ -24,6 +24,8 @@ final class ObservationCore: Sendable {
     private let stateHandler: (@Sendable (StateChange) -> Void)?
     /// A state observation that asked for the current values: a reconnection asks for them again.
     let sendsCurrentStates: Bool
+    /// An observation that asked for the current (retained) value: each connection asks for it again.
+    let receivesCurrentValue: Bool
     private let gate = HandlerGate()
     /// Set while the observation waits for its current (retained) value: live notifications the daemon sent
     /// before it registered the observation are skipped, so the current value comes first.
@@ -39,7 +41,8 @@ final class ObservationCore: Sendable {
 
     init(
         id: UInt64, name: String, key: SubscriptionKey, stagingSlot: Int, executor: any DeliveryExecutor,
-        backlog: DeliveryBacklog = .unbounded, handler: @escaping @Sendable (ReceivedNotification) -> Void
+        backlog: DeliveryBacklog = .unbounded, receivesCurrentValue: Bool = false,
+        handler: @escaping @Sendable (ReceivedNotification) -> Void
     ) {
         self.id = id
         self.name = name
@@ -50,6 +53,7 @@ final class ObservationCore: Sendable {
         self.handler = handler
         self.stateHandler = nil
         self.sendsCurrentStates = false
+        self.receivesCurrentValue = receivesCurrentValue
         self.runsHandlerInline = executor.runsJobsInline
     }
 
@@ -68,6 +72,7 @@ final class ObservationCore: Sendable {
         self.handler = { _ in }
         self.stateHandler = stateHandler
         self.sendsCurrentStates = sendingCurrentStates
+        self.receivesCurrentValue = false
         self.runsHandlerInline = executor.runsJobsInline
     }
 

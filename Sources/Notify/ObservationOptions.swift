@@ -4,7 +4,9 @@ public struct ObservationOptions: Sendable, Hashable {
     /// center is suspended). Default: `DeliveryPolicy.coalesce`.
     public var policy: DeliveryPolicy
     /// Start with the name's retained notification (the last one posted with `retain`), if there is one,
-    /// delivered with ``ReceivedNotification/isRetained`` set, before any newer notification.
+    /// delivered with ``ReceivedNotification/isRetained`` set, before any newer notification. Also for an
+    /// observation made before the center has connected, and again on each reconnection (the value may have
+    /// changed meanwhile), as state observations re-read their current values.
     public var receivesCurrentValue: Bool
     /// Tell posts made with `retain` from other posts: each notification this observation receives then reports
     /// ``ReceivedNotification/isRetainedPost``. Default: `false`.

@@ -33,9 +33,10 @@ struct PendingRequests: Sendable {
         /// A caller waiting for an answer of the given kind.
         case caller(CheckedContinuation<Reply, Error>, expecting: Reply.Kind)
         case subscribe(pattern: String)
-        /// A subscription asking for the current (retained) value for one observation; `probe` is an extra
-        /// subscription made only for that purpose, removed once answered.
-        case currentValue(ObservationCore, probe: UInt32?)
+        /// A subscription asking for the current (retained) value for these observations (several when a
+        /// (re)connection replays it); `probe` is an extra subscription made only for that purpose, removed once
+        /// answered.
+        case currentValue([ObservationCore], probe: UInt32?)
         /// A state subscription asking for the current values for these state observations (several when a
         /// reconnection replays it); `probe` as for ``currentValue(_:probe:)``.
         case currentStates([ObservationCore], probe: UInt32?)
@@ -51,9 +52,9 @@ struct PendingRequests: Sendable {
             case .caller(let continuation, let expected):
                 if case .success(let reply) = result, reply.kind != expected { return }
                 continuation.resume(with: result)
-            case .currentValue(let core, _):
+            case .currentValue(let cores, _):
                 if case .success(let reply) = result, reply.kind != .ok { return }
-                core.finishWaitingForCurrentValue()
+                for core in cores { core.finishWaitingForCurrentValue() }
             case .currentStates(let cores, _):
                 if case .success(let reply) = result, reply.kind != .ok { return }
                 for core in cores { core.finishWaitingForCurrentValue() }

@@ -97,6 +97,42 @@ struct ClientFeatureTests {
         try await daemon.stop()
     }
 
+    @Test("receivesCurrentValue on an observation made before the center connects: it starts with the value all the same")
+    func currentValueBeforeConnecting() async throws {
+        let daemon = try await TestServer.start()
+        let poster = try await daemon.center()
+        try await poster.postAndWait("org.example.early", payload: Array("v1".utf8), retain: true)
+        // The center looks for its daemon at a path that does not exist yet: it cannot connect before the observation.
+        let directory = try TestServer.makeTemporaryDirectory()
+        defer { TestServer.removeDirectory(directory) }
+        let path = directory + "/later.sock"
+        let center = NotifyCenter(
+            configuration: NotifyCenter.Configuration(socketPath: path, clientName: "early", reconnect: .default))
+        let received = Collector<ReceivedNotification>()
+        let observation = try center.observe(
+            "org.example.early", on: .immediate, options: ObservationOptions(receivesCurrentValue: true)
+        ) { received.append($0) }
+        #expect(symlink(daemon.socketPath, path) == 0, "symlink: errno \(errno)")
+        try await center.waitUntilConnected(timeout: TestScale.timeout(20))
+        let first = try await received.wait(for: 1, "the current value, after connecting")
+        #expect(first[0].isRetained && first[0].payloadString == "v1", "\(first[0])")
+
+        // Each connection asks again: a value retained while the center was away is not missed. Another daemon,
+        // with another value, takes the path's place once the first is gone.
+        let other = try await TestServer.start()
+        let otherPoster = try await other.center()
+        try await otherPoster.postAndWait("org.example.early", payload: Array("v2".utf8), retain: true)
+        await poster.close()
+        try await daemon.stop()
+        #expect(symlink(other.socketPath, path + ".new") == 0 && rename(path + ".new", path) == 0, "errno \(errno)")
+        let second = try await received.wait(for: 2, "the current value, after reconnecting")
+        #expect(second[1].isRetained && second[1].payloadString == "v2", "\(second[1])")
+        withExtendedLifetime(observation) {}
+        await center.close()
+        await otherPoster.close()
+        try await other.stop()
+    }
+
     @Test("an observation added to an existing subscription with receivesCurrentValue gets it; the existing one gets no duplicate")
     func currentValueForASecondObservation() async throws {
         let daemon = try await TestServer.start()
