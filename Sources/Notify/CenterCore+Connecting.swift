@@ -110,7 +110,10 @@ extension CenterCore {
             guard let disconnected = state.connection.connectionClosed(DaemonConnection(channel: channel), reason: reason)
             else { return nil }
             state.outbound.discard()
-            return (disconnected, state.pending.removeAll())
+            let pending = state.pending.removeAll()
+            // A suspension that fails with its connection is not replayed on the next (its caller hears it failed).
+            for request in pending where request.isSuspension { state.connection.suspensionFailed() }
+            return (disconnected, pending)
         }
         guard let (disconnected, pending) = outcome else { return }
         let why = disconnected.reason
@@ -144,7 +147,7 @@ extension CenterCore {
     /// Schedules the next attempt, and watches the socket path meanwhile (`nil`: the policy does not reconnect).
     private func scheduleReconnect(after delay: Double?) {
         guard let delay else { return }
-        let task = eventLoop.scheduleTask(in: .nanoseconds(Int64(delay * 1e9))) { self.startConnecting() }
+        let task = eventLoop.scheduleTask(in: .seconds(saturating: delay)) { self.startConnecting() }
         // Stored after scheduling: the task runs on this thread, so it cannot start before this returns.
         state.withLockedValue { state in
             if case .waitingToReconnect = state.connection.phase { state.reconnectTask = task }
@@ -204,7 +207,7 @@ extension CenterCore {
                 continuation.resume(throwing: NotifyError.cannotConnect(path: configuration.socketPath, reason: reason))
             case .waiting:
                 guard let timeout else { return }
-                eventLoop.scheduleTask(in: .nanoseconds(Int64(timeout * 1e9))) {
+                eventLoop.scheduleTask(in: .seconds(saturating: timeout)) {
                     let waiter = self.state.withLockedValue { $0.connection.removeWaiter(id: waiterID) }
                     waiter?.resume(throwing: NotifyError.timedOut(operation: "connecting to notifyd", seconds: timeout))
                 }

@@ -34,20 +34,21 @@ extension CenterCore {
         case .welcome(let welcome):
             handleWelcome(welcome, on: channel)
         case .ok(let requestID):
-            handleOK(requestID)
+            handleOK(requestID, on: channel)
         case .state(let requestID, let value):
-            state.withLockedValue { $0.pending.remove(requestID) }?.complete(with: .success(.state(value)))
+            answered(state.withLockedValue { $0.pending.remove(requestID) }, with: .success(.state(value)), on: channel)
         case .queryResultPart(let requestID, let json):
             state.withLockedValue { $0.pending.appendQueryPart(json, for: requestID) }
         case .queryResult(let requestID, let json):
             let (request, reply) = state.withLockedValue { $0.pending.completeQuery(requestID, last: json) }
-            request?.complete(with: .success(reply))
+            answered(request, with: .success(reply), on: channel)
         case .pong(let requestID):
             let (request, result) = state.withLockedValue { $0.pending.completeBarrier(requestID) }
-            request?.complete(with: result)
+            answered(request, with: result, on: channel)
         case .posted(let requestID, let sequence, let delivered):
-            state.withLockedValue { $0.pending.remove(requestID) }?
-                .complete(with: .success(.posted(PostReceipt(sequence: sequence, deliveredCount: Int(delivered)))))
+            answered(
+                state.withLockedValue { $0.pending.remove(requestID) },
+                with: .success(.posted(PostReceipt(sequence: sequence, deliveredCount: Int(delivered)))), on: channel)
         case .overflow(let subscriptionID, let dropped):
             let pattern = state.withLockedValue {
                 $0.registry.recordOverflow(subscriptionID: subscriptionID, dropped: dropped)
@@ -76,6 +77,7 @@ extension CenterCore {
         }
         let request = state.withLockedValue { state -> PendingRequests.Request? in
             let request = state.pending.remove(error.requestID)
+            if request?.isSuspension == true { state.connection.suspensionFailed() }
             // The next `synchronize()` reports refused subscriptions as its error.
             switch request {
             case .subscribe(let pattern): state.pending.rejectedSubscriptions.append((pattern, error))
@@ -87,7 +89,7 @@ extension CenterCore {
         }
         request?.complete(with: .failure(NotifyError.rejected(code: error.code, message: error.message)))
         switch request {
-        case .caller:
+        case .caller, .suspension:
             break
         case .subscribe(let pattern):
             reportRejectedSubscription(pattern, error)
@@ -114,7 +116,15 @@ extension CenterCore {
         emit(.requestRejected(operation: operation, error: error.description))
     }
 
-    private func handleOK(_ requestID: UInt32) {
+    /// Completes `request` with the daemon's answer; an answer of the wrong kind closes the connection (the
+    /// library reconnects), as any other protocol error from the daemon does.
+    private func answered(_ request: PendingRequests.Request?, with result: Result<Reply, Error>, on channel: Channel) {
+        guard let request, !request.complete(with: result) else { return }
+        logger.error("protocol error from the daemon: an answer of the wrong kind, closing")
+        channel.close(promise: nil)
+    }
+
+    private func handleOK(_ requestID: UInt32, on channel: Channel) {
         let (request, schedule) = state.withLockedValue { state -> (PendingRequests.Request?, Bool) in
             let request = state.pending.remove(requestID)
             // The probe subscription only existed to fetch the current value: drop it again.
@@ -130,6 +140,6 @@ extension CenterCore {
             return (request, schedule)
         }
         if schedule { scheduleFlush() }
-        request?.complete(with: .success(.ok))
+        answered(request, with: .success(.ok), on: channel)
     }
 }

@@ -73,7 +73,7 @@ extension CenterCore {
         guard case .wait(let timeout) = configuration.whileDisconnected, !state.connection.isClosed else {
             return .failure(notConnectedError(state))
         }
-        let deadline = NIODeadline.now() + .nanoseconds(Int64(timeout * 1e9))
+        let deadline = NIODeadline.now() + .seconds(saturating: timeout)
         switch state.held.hold(.init(deadline: deadline, name: name, payload: payload, retain: retain, origin: origin)) {
         case .full: return .failure(notConnectedError(state))
         case .held: break

@@ -6,23 +6,40 @@ extension CenterCore {
     /// Sends a request carrying a fresh request id (`frame`) and waits for the daemon's answer of the
     /// `expected` kind. `check` vets it against the connection's limits and `onSent` runs once it is queued,
     /// both under the lock.
+    ///
+    /// Cancelling the calling task stops the wait with `CancellationError` (the request may still take effect in
+    /// the daemon), so a caller can bound it against a daemon that never answers. A suspension is not
+    /// cancellable: its caller must know whether to `resume()`.
     func request(
-        _ expected: Reply.Kind, check: (ServerLimits) throws(NotifyError) -> Void = { _ in },
+        _ expected: Reply.Kind, isSuspension: Bool = false, check: (ServerLimits) throws(NotifyError) -> Void = { _ in },
         onSent: (inout State) -> Void = { _ in }, frame: (UInt32) -> ClientFrame
     ) async throws -> Reply {
         try await waitForConnectionIfConfigured()
-        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Reply, Error>) in
-            let outcome = state.withLockedValue { state -> Result<Bool, NotifyError> in
-                guard state.channel != nil else { return .failure(notConnectedError(state)) }
-                do throws(NotifyError) { try check(state.limits) } catch { return .failure(error) }
-                let schedule = state.sendRequest(.caller(continuation, expecting: expected), frame: frame)
-                onSent(&state)
-                return .success(schedule)
+        let waiting = WaitingRequest()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Reply, Error>) in
+                let outcome = state.withLockedValue { state -> Result<Bool, Error> in
+                    if waiting.isCancelled, !isSuspension { return .failure(CancellationError()) }
+                    guard state.channel != nil else { return .failure(notConnectedError(state)) }
+                    do throws(NotifyError) { try check(state.limits) } catch { return .failure(error) }
+                    let id = state.pending.add(isSuspension ? .suspension(continuation) : .caller(continuation, expecting: expected))
+                    waiting.id = id
+                    let schedule = state.outbound.append(frame(id))
+                    onSent(&state)
+                    return .success(schedule)
+                }
+                switch outcome {
+                case .failure(let error): continuation.resume(throwing: error)
+                case .success(let schedule): if schedule { scheduleFlush() }
+                }
             }
-            switch outcome {
-            case .failure(let error): continuation.resume(throwing: error)
-            case .success(let schedule): if schedule { scheduleFlush() }
+        } onCancel: {
+            guard !isSuspension else { return }
+            let request = state.withLockedValue { state -> PendingRequests.Request? in
+                waiting.isCancelled = true
+                return waiting.id.flatMap { state.pending.remove($0) }
             }
+            request?.complete(with: .failure(CancellationError()))
         }
     }
 
@@ -50,7 +67,7 @@ extension CenterCore {
     }
 
     func suspend() async throws {
-        _ = try await request(.ok, onSent: { $0.connection.suspended() }) { .suspend(requestID: $0) }
+        _ = try await request(.ok, isSuspension: true, onSent: { $0.connection.suspended() }) { .suspend(requestID: $0) }
     }
 
     func resume() async throws {
@@ -75,4 +92,11 @@ extension CenterCore {
         guard case .queryResult(let json) = reply else { preconditionFailure("a pending request resumes with its kind") }
         return json
     }
+}
+
+/// One request's id once it is sent, and whether its task was cancelled: read and written under the center's lock
+/// only (by the request and by its cancellation handler, whichever comes first).
+private final class WaitingRequest: @unchecked Sendable {
+    var id: UInt32?
+    var isCancelled = false
 }

@@ -236,6 +236,9 @@ struct ConnectionStateMachine<Connection: Identifiable, Waiter> {
     /// A `RESUME` was sent.
     mutating func resumed() { suspendDepth -= 1 }
 
+    /// A `SUSPEND` failed (refused, or lost with its connection): later connections do not replay it.
+    mutating func suspensionFailed() { suspendDepth = max(0, suspendDepth - 1) }
+
     // MARK: Backoff
 
     /// The delay before the next attempt: none when the socket appeared during the failed one, else the backoff;

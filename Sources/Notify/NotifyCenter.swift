@@ -16,6 +16,9 @@ import NotifyWire
 ///
 /// A center owns one connection and one I/O thread. It reconnects by itself when the daemon goes away and
 /// resubscribes every live observation. Names starting with `self.` never leave the process.
+///
+/// Requests that wait for the daemon (``synchronize()``, ``state(of:)``, the introspection calls, a post that
+/// waits) end with `CancellationError` when their task is cancelled, all but ``suspend()``.
 public final class NotifyCenter: Sendable {
     let core: CenterCore
     let owners = OwnerTable()

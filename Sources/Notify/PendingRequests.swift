@@ -32,6 +32,10 @@ struct PendingRequests: Sendable {
     enum Request: Sendable {
         /// A caller waiting for an answer of the given kind.
         case caller(CheckedContinuation<Reply, Error>, expecting: Reply.Kind)
+        /// A caller waiting for its `SUSPEND`'s `OK`. Counted in the connection's suspension depth from the moment
+        /// it is sent; when it fails (refused, or its connection lost), whoever removes it takes that back under the
+        /// lock (``isSuspension``), so a reconnection does not replay a suspension its caller was told had failed.
+        case suspension(CheckedContinuation<Reply, Error>)
         case subscribe(pattern: String)
         /// A subscription asking for the current (retained) value for these observations (several when a
         /// (re)connection replays it); `probe` is an extra subscription made only for that purpose, removed once
@@ -46,21 +50,39 @@ struct PendingRequests: Sendable {
         case housekeeping(operation: String)
 
         /// Ends the request with the daemon's answer or a failure: the one place a waiting caller is resumed.
-        /// An answer of another kind than the caller expects is a daemon's mistake and is ignored.
-        func complete(with result: Result<Reply, Error>) {
+        ///
+        /// - Returns: `false` when the answer is of another kind than the request expects: a daemon's mistake, which
+        ///   fails the caller (nothing is left waiting) and on which the connection must be closed.
+        @discardableResult
+        func complete(with result: Result<Reply, Error>) -> Bool {
+            var result = result
+            let expected: Reply.Kind? =
+                switch self {
+                case .caller(_, let expected): expected
+                case .suspension, .currentValue, .currentStates: .ok
+                case .subscribe, .unsubscribe, .housekeeping: nil
+                }
+            var matched = true
+            if case .success(let reply) = result, let expected, reply.kind != expected {
+                matched = false
+                result = .failure(
+                    NotifyError.connectionLost(
+                        reason: "protocol error from the daemon: \(reply.kind) answered a request expecting \(expected)"))
+            }
             switch self {
-            case .caller(let continuation, let expected):
-                if case .success(let reply) = result, reply.kind != expected { return }
+            case .caller(let continuation, _), .suspension(let continuation):
                 continuation.resume(with: result)
-            case .currentValue(let cores, _):
-                if case .success(let reply) = result, reply.kind != .ok { return }
-                for core in cores { core.finishWaitingForCurrentValue() }
-            case .currentStates(let cores, _):
-                if case .success(let reply) = result, reply.kind != .ok { return }
+            case .currentValue(let cores, _), .currentStates(let cores, _):
                 for core in cores { core.finishWaitingForCurrentValue() }
             case .subscribe, .unsubscribe, .housekeeping:
                 break
             }
+            return matched
+        }
+
+        /// Whether this is a `SUSPEND` a caller waits for (see ``suspension(_:)``).
+        var isSuspension: Bool {
+            if case .suspension = self { true } else { false }
         }
     }
 
