@@ -46,7 +46,10 @@ extension Notifyctl {
         func validate() throws {
             if names.isEmpty { throw ValidationError("give at least one notification name") }
             if let count, count < 1 { throw ValidationError("--count must be at least 1") }
-            if let timeout, timeout <= 0 { throw ValidationError("--timeout must be a positive number of seconds") }
+            // Also refuses nan and inf (and what no clock can wait for), which trapped converting to nanoseconds.
+            if let timeout, !(timeout > 0 && timeout <= 1e9) {
+                throw ValidationError("--timeout must be a number of seconds above 0 and at most 1000000000, got \(timeout)")
+            }
         }
 
         func run() async throws {

@@ -179,9 +179,15 @@ extension AsyncParsableCommand {
 /// Written with write(2) rather than FileHandle, whose write traps on EPIPE ("Fatal error: 'try!'", exit 132
 /// under `notifyctl status | head -1`).
 enum StandardStreams {
-    /// Writes a line to stdout; when nobody reads stdout any more, ends the process (see ``readerGone()``).
+    /// Writes a line to stdout; when nobody reads stdout any more, ends the process (see ``readerGone()``); on any
+    /// other failure (a full disk: ENOSPC, EIO) says so on stderr and exits 1, rather than lose the output and
+    /// exit 0.
     static func output(_ line: String) {
-        if !write(line + "\n", to: STDOUT_FILENO), errno == EPIPE { readerGone() }
+        guard !write(line + "\n", to: STDOUT_FILENO) else { return }
+        let code = errno
+        if code == EPIPE { readerGone() }
+        error("notifyctl: cannot write to standard output: \(String(cString: strerror(code)))")
+        exit(EXIT_FAILURE)
     }
 
     /// Writes a line to stderr. Failures are dropped: there is nowhere left to report them, and the exit status

@@ -29,7 +29,9 @@ extension Notifyctl {
 
         func validate() throws {
             if let pid, pid <= 0 { throw ValidationError("--pid must be a positive process id") }
-            guard timeout > 0 else { throw ValidationError("--timeout must be a positive number of seconds") }
+            guard timeout > 0, timeout <= 1e9 else {
+                throw ValidationError("--timeout must be a number of seconds above 0 and at most 1000000000, got \(timeout)")
+            }
         }
 
         func run() async throws {

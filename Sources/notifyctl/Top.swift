@@ -22,7 +22,9 @@ extension Notifyctl {
         @Flag(name: .long, help: "Print one screen and exit.") var once = false
 
         func validate() throws {
-            guard interval >= 0.1 else { throw ValidationError("--interval must be at least 0.1 seconds") }
+            guard interval >= 0.1, interval <= 86_400 else {
+                throw ValidationError("--interval must be at least 0.1 and at most 86400 seconds, got \(interval)")
+            }
             guard rows >= 1 else { throw ValidationError("--rows must be at least 1") }
         }
 

@@ -29,6 +29,37 @@ extension Integration {
             }
         }
 
+        @Test(
+            "output that cannot be written (a full disk) is an error on stderr and a non-zero exit, not a silent 0",
+            arguments: [["status"], ["status", "--json"], ["state", "get", "com.example.full"]])
+        func fullDisk(command: [String]) async throws {
+            try await withDaemon { scope, _ in
+                let child = try scope.launch(
+                    .notifyctl, command + ["--socket", scope.socketPath], after: "exec >/dev/full")
+                let end = try await child.waitForExit()
+                #expect(end == .exited(1), "\(child.diagnostics)")
+                #expect(
+                    child.stderrText.contains("cannot write to standard output: No space left on device"),
+                    "\(child.diagnostics)")
+            }
+        }
+
+        @Test(
+            "a timeout or interval no clock can wait for is refused with a clear error, not a crash",
+            arguments: [
+                ["listen", "com.example.t", "--timeout", "nan"], ["listen", "com.example.t", "--timeout", "inf"],
+                ["listen", "com.example.t", "--timeout", "1e11"], ["reload", "--timeout", "nan"],
+                ["top", "--interval", "inf"],
+            ])
+        func unwaitableDurations(command: [String]) async throws {
+            try await withIntegrationScope { scope in
+                let child = try await scope.run(.notifyctl, command + ["--socket", scope.socketPath])
+                #expect(child.termination == .exited(64), "\(child.diagnostics)")
+                #expect(child.stderrText.contains("must be"), "\(child.diagnostics)")
+                #expect(!child.stderrText.contains("Fatal error"), "\(child.diagnostics)")
+            }
+        }
+
         @Test("listen | head -1 ends listen at the first line written after head has gone")
         func listenStopsWhenReaderLeaves() async throws {
             try await withDaemon { scope, _ in
