@@ -92,6 +92,10 @@ package final class NotifyServer: Service, Sendable {
         let identityPool = NIOThreadPool(numberOfThreads: 2)
         identityPool.start()
         defer { identityPool.shutdownGracefully { _ in } }
+        // The memory samples read /proc on a thread of their own: never queued behind a hung NSS lookup.
+        let samplingPool = NIOThreadPool(numberOfThreads: 1)
+        samplingPool.start()
+        defer { samplingPool.shutdownGracefully { _ in } }
         let broker = try await eventLoop.submit { [configuration, instanceID, logger] in
             let broker = Broker(
                 eventLoop: eventLoop, configuration: configuration, instanceID: instanceID,
@@ -112,7 +116,7 @@ package final class NotifyServer: Service, Sendable {
                     let trim = broker.value.sampleRates()
                     // /proc is read on the pool; the loop only stores the answer. Freed memory is handed back to
                     // the system there too, once per quiet spell (the allocator keeps it otherwise).
-                    identityPool.runIfActive(eventLoop: eventLoop) {
+                    samplingPool.runIfActive(eventLoop: eventLoop) {
                         if trim { releaseFreedMemory() }
                         return Broker.residentMemory()
                     }

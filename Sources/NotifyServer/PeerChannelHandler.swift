@@ -424,6 +424,13 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private func takeOver(_ record: HandoverSnapshot.PeerRecord, context: ChannelHandlerContext) {
         let peer = Peer(broker: broker, restoring: record, transport: self)
         self.peer = peer
+        if record.groups == [record.credentials.gid] {
+            // Handed over before its groups were known (or it has none but its primary one): look again, in the
+            // background; the connection is served meanwhile with what it had.
+            broker.identities.resolve(
+                record.credentials, groupsFound: { [weak peer] groups in peer?.identityFound(groups: groups) },
+                commandFound: { [weak peer] command in if peer?.command == nil { peer?.command = command } })
+        }
         if !record.inbound.isEmpty { accumulator.append(ByteBuffer(bytes: record.inbound)) }
         readingPausedForHandover = true
         context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }

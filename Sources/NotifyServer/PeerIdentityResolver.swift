@@ -3,15 +3,25 @@ import NIOPosix
 import NotifyWire
 
 /// Runs ``PeerIdentityLookup`` for new connections on a thread pool and hands the answers back on the event
-/// loop, so a slow NSS source delays only the connection waiting for it.
+/// loop, so a slow NSS source delays only the connections waiting for it.
 ///
 /// A user's groups are cached for ``PeerIdentityLookup/groupCacheSeconds``: its next connections get them at
-/// once, without leaving the event loop, and only the command name is read in the background. Lives on the
-/// server's event loop, like the router that owns it.
+/// once, without leaving the event loop, and only the command name is read in the background. Connections of one
+/// user whose groups are being looked up wait for that lookup rather than queue one each, so hung lookups hold at
+/// most one pool thread per user; and none waits past ``PeerIdentityLookup/answerDeadlineSeconds``: it is then
+/// served with the kernel's primary group, and given the full groups when the lookup answers. A failed lookup is
+/// not cached. Lives on the server's event loop, like the router that owns it.
 final class PeerIdentityResolver {
     private struct Key: Hashable {
         var uid: UInt32
         var gid: UInt32
+    }
+
+    /// The connections waiting for one user's lookup, and whether they were served without it already.
+    private struct Flight {
+        var waiting: [(Set<UInt32>) -> Void] = []
+        var deadline: Scheduled<Void>?
+        var fellBack = false
     }
 
     private static let cacheLimit = 4_096
@@ -20,6 +30,11 @@ final class PeerIdentityResolver {
     private let pool: NIOThreadPool?
     private let lookup: PeerIdentityLookup
     private var cache: [Key: (groups: Set<UInt32>, expires: NIODeadline)] = [:]
+    private var flights: [Key: Flight] = [:]
+    /// Group lookups started so far (tests count them).
+    private(set) var groupLookups = 0
+    /// Connections served with their primary group only because their lookup passed its deadline or failed.
+    private(set) var fallbacks = 0
 
     /// - Parameter pool: where lookups run; `nil` runs them on the event loop (only for tests that never
     ///   connect a client).
@@ -30,39 +45,63 @@ final class PeerIdentityResolver {
     }
 
     /// Finds `credentials`' groups and command name. `groupsFound` runs on the event loop: at once when the
-    /// groups are cached, else after the lookup; `commandFound` runs on the event loop after the groups.
+    /// groups are cached, else after the lookup, or at its deadline with the primary group only and then again
+    /// with the full groups; `commandFound` runs on the event loop once the command name is read.
     func resolve(
         _ credentials: SenderCredentials, groupsFound: @escaping (Set<UInt32>) -> Void,
         commandFound: @escaping (String?) -> Void
     ) {
         let key = Key(uid: credentials.uid, gid: credentials.gid)
         let now = NIODeadline.now()
-        let cached = cache[key].flatMap { $0.expires > now ? $0.groups : nil }
-        if let cached { groupsFound(cached) }
-        let lookup = self.lookup
-        let work: @Sendable () -> (groups: Set<UInt32>?, command: String?) = {
-            (cached == nil ? lookup.groups(key.uid, key.gid) : nil, lookup.command(credentials.pid))
+        if let cached = cache[key].flatMap({ $0.expires > now ? $0.groups : nil }) {
+            groupsFound(cached)
+        } else if flights[key] != nil {
+            flights[key]!.waiting.append(groupsFound)
+            if flights[key]!.fellBack { groupsFound([key.gid]) }
+        } else {
+            flights[key] = Flight(waiting: [groupsFound])
+            startGroupLookup(key)
         }
+        let lookup = self.lookup
         guard let pool else {
-            let answer = work()
-            if let groups = answer.groups { groupsFound(groups) }
-            commandFound(answer.command)
+            commandFound(lookup.command(credentials.pid))
             return
         }
-        pool.runIfActive(eventLoop: eventLoop, work).assumeIsolated().whenComplete { result in
-            switch result {
-            case .success(let answer):
-                if let groups = answer.groups {
-                    self.remember(groups, for: key)
-                    groupsFound(groups)
-                }
-                commandFound(answer.command)
-            case .failure:
-                // The pool stopped (the server is shutting down): the kernel's primary group is all we know.
-                if cached == nil { groupsFound([credentials.gid]) }
-                commandFound(nil)
-            }
+        pool.runIfActive(eventLoop: eventLoop) { lookup.command(credentials.pid) }.assumeIsolated().whenComplete {
+            commandFound((try? $0.get()) ?? nil)
         }
+    }
+
+    private func startGroupLookup(_ key: Key) {
+        groupLookups += 1
+        let lookup = self.lookup
+        guard let pool else {
+            land(lookup.groups(key.uid, key.gid), for: key)
+            return
+        }
+        flights[key]?.deadline = eventLoop.assumeIsolated().scheduleTask(
+            in: .nanoseconds(Int64(lookup.answerDeadlineSeconds * 1e9))
+        ) { [self] in
+            guard flights[key] != nil, !flights[key]!.fellBack else { return }
+            flights[key]!.fellBack = true
+            fallbacks += flights[key]!.waiting.count
+            for waiting in flights[key]!.waiting { waiting([key.gid]) }
+        }
+        pool.runIfActive(eventLoop: eventLoop) { lookup.groups(key.uid, key.gid) }.assumeIsolated().whenComplete {
+            [self] result in
+            // A pool that stopped (the server is shutting down) answers nothing: the primary group is all we know.
+            land((try? result.get()) ?? nil, for: key)
+        }
+    }
+
+    /// A lookup answered (`nil`: it failed): every connection waiting for it gets the groups.
+    private func land(_ groups: Set<UInt32>?, for key: Key) {
+        guard let flight = flights.removeValue(forKey: key) else { return }
+        flight.deadline?.cancel()
+        if let groups { remember(groups, for: key) } else if !flight.fellBack { fallbacks += flight.waiting.count }
+        // After a fallback, only news is worth telling: the full groups.
+        guard groups != nil || !flight.fellBack else { return }
+        for waiting in flight.waiting { waiting(groups ?? [key.gid]) }
     }
 
     private func remember(_ groups: Set<UInt32>, for key: Key) {

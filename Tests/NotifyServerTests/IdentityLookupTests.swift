@@ -119,10 +119,119 @@ struct IdentityLookupTests {
         }
     }
 
+    /// bob (uid 4202, primary group 4302) is in group 4300 only by what the lookup finds.
+    static let groupRule = "reserve com.example.grp owner=4201 group=4300 post=group observe=all"
+
+    /// Whether `client` may post the group-only name now.
+    private static func mayPost(_ client: TestClient) async throws -> Bool {
+        let (reply, _) = try await client.request {
+            .post(.init(requestID: $0, flags: .ackWanted, name: "com.example.grp", payload: ByteBuffer()))
+        }
+        if case .posted = reply { return true }
+        guard case .error(let error) = reply, error.code == .permissionDenied else {
+            throw TestFailure("expected POSTED or permission-denied, got \(reply.summary)")
+        }
+        return false
+    }
+
+    @Test("Connections of a user whose lookup hangs share one lookup, are served at its deadline, and get the groups when it answers")
+    func hungLookupHasADeadline() async throws {
+        let gate = LookupGate()
+        let calls = Counter()
+        let lookup = PeerIdentityLookup(
+            groups: { uid, gid in
+                calls.increment()
+                gate.pass()
+                return uid == 4202 ? [gid, 4300] : [gid]
+            },
+            command: { _ in "deadline-test" },
+            groupCacheSeconds: 0, answerDeadlineSeconds: 0.3)
+        let access = try parseAccess(Self.groupRule)
+        try await withServer(everyUser: true, { $0.identityLookup = lookup; $0.access = access }) { server in
+            gate.close()
+            // Each gets WELCOME although the lookup hangs (before: none did until it returned).
+            var bobs: [TestClient] = []
+            for index in 0..<3 { bobs.append(try await server.connect("bob \(index)", as: .bob)) }
+            #expect(calls.value == 1, "\(calls.value) lookups for one user's three connections")
+            #expect(try await !Self.mayPost(bobs[0]), "served with the primary group only while the lookup hangs")
+            gate.open()
+            _ = try await poll("the groups to reach the connections served without them", timeout: .seconds(TestScale.timeout(10))) {
+                try await Self.mayPost(bobs[2]) ? true : nil
+            }
+            #expect(try await Self.mayPost(bobs[0]))
+        }
+    }
+
+    @Test("A failed lookup is not cached: the user's next connection looks again and gets its groups")
+    func failedLookupIsNotCached() async throws {
+        let calls = Counter()
+        let lookup = PeerIdentityLookup(
+            groups: { uid, gid in
+                // The NSS source fails once (sssd restarting), then answers.
+                calls.increment() == 1 ? nil : (uid == 4202 ? [gid, 4300] : [gid])
+            },
+            command: { _ in "failing-lookup-test" },
+            groupCacheSeconds: 60)
+        let access = try parseAccess(Self.groupRule)
+        try await withServer(everyUser: true, { $0.identityLookup = lookup; $0.access = access }) { server in
+            let first = try await server.connect("bob 1", as: .bob)
+            #expect(try await !Self.mayPost(first), "the failed lookup leaves the primary group only")
+            let second = try await server.connect("bob 2", as: .bob)
+            #expect(calls.value == 2, "the failure was cached: \(calls.value) lookups")
+            #expect(try await Self.mayPost(second))
+        }
+    }
+
+    @Test("A connection handed over before its groups were known gets them from the successor's lookup")
+    func handedOverBeforeItsGroups() async throws {
+        let gate = LookupGate()
+        let hanging = PeerIdentityLookup(
+            groups: { uid, gid in
+                gate.pass()
+                return uid == 4202 ? [gid, 4300] : [gid]
+            },
+            command: { _ in "handover-lookup-test" }, groupCacheSeconds: 0, answerDeadlineSeconds: 0.3)
+        let answering = PeerIdentityLookup(
+            groups: { uid, gid in uid == 4202 ? [gid, 4300] : [gid] }, command: { _ in "successor" })
+        let access = try parseAccess(Self.groupRule)
+        let first = try await TestServer.start(everyUser: true) {
+            $0.identityLookup = hanging
+            $0.access = access
+        }
+        gate.close()
+        let bob = try await first.connect("bob", as: .bob)
+        #expect(try await !Self.mayPost(bob), "served with the primary group only while the lookup hangs")
+        let (incoming, listener) = try await HandoverTests.takeOver(first.socketPath)
+        gate.open()
+        try await first.waitUntilFinished()
+        let successor = try await TestServer.start(socketPath: first.socketPath, handover: incoming) {
+            $0.listenAddress = .inheritedDescriptor(listener, path: first.socketPath)
+            $0.identityLookup = answering
+            $0.access = access
+        }
+        _ = try await poll("the successor to find the handed-over connection's groups", timeout: .seconds(TestScale.timeout(10))) {
+            try await Self.mayPost(bob) ? true : nil
+        }
+        await bob.close()
+        try await successor.stop()
+    }
+
     @Test("The system lookup finds this process's command and its primary group")
     func systemLookup() {
         #expect(PeerIdentityLookup.system.command(UInt32(getpid())) != nil)
-        #expect(PeerIdentityLookup.system.groups(getuid(), getgid()).contains(getgid()))
+        #expect(PeerIdentityLookup.system.groups(getuid(), getgid())?.contains(getgid()) == true)
         #expect(PeerIdentityLookup.system.command(0) == nil)
     }
+}
+
+/// A count shared with lookups on the pool's threads.
+private final class Counter: @unchecked Sendable {  // guarded by `lock`
+    private let lock = NSLock()
+    private var count = 0
+
+    /// Adds one; returns the new count.
+    @discardableResult
+    func increment() -> Int { lock.withLock { count += 1; return count } }
+
+    var value: Int { lock.withLock { count } }
 }
