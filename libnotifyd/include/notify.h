@@ -49,6 +49,10 @@ extern "C" {
 typedef unsigned int mach_port_t;
 #endif
 
+/* Does not wait for the daemon's answer: returns once the notification is written to the socket or queued
+ * in the library behind what the daemon has not read yet. Waits only while that queue is full (1 MiB), at
+ * most NOTIFYD_TIMEOUT_MS (30 s by default); a daemon that read nothing for that long is taken for hung,
+ * its connection dropped and reopened, and the call returns NOTIFY_STATUS_SERVER_NOT_FOUND. */
 uint32_t notify_post(const char *name);
 
 #ifdef NOTIFYD_HAVE_DISPATCH_API

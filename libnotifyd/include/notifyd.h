@@ -79,15 +79,17 @@ uint32_t notifyd_register_callback(const char *name, int *out_token, notifyd_que
 #define NOTIFYD_POST_ACK 0x1    /* wait for the daemon's answer: the status is its verdict */
 
 /* Posts `name` with a payload (up to the daemon's max payload, 64 KiB by default). With NOTIFYD_POST_ACK
- * the call waits for the daemon and stores how many connections took the notification in *delivered
- * (may be NULL). */
+ * the call waits for the daemon (at most NOTIFYD_TIMEOUT_MS, 30 s by default) and stores how many
+ * connections took the notification in *delivered (may be NULL); without it, it waits no more than
+ * notify_post (see <notify.h>). */
 uint32_t notifyd_post(const char *name, const void *payload, size_t length, uint32_t flags,
                       uint32_t *delivered);
 
 /* Waits until the library is connected and the daemon has processed everything this process sent before
- * (its registrations included), at most timeout_ms milliseconds. A barrier: after it returns
- * NOTIFY_STATUS_OK, every earlier post of this process has been fanned out and every registration is
- * active in the daemon, also after a reconnection. NOTIFY_STATUS_SERVER_NOT_FOUND on timeout. */
+ * (its registrations included), at most timeout_ms milliseconds (whatever NOTIFYD_TIMEOUT_MS says). A
+ * barrier: after it returns NOTIFY_STATUS_OK, every earlier post of this process has been fanned out and
+ * every registration is active in the daemon, also after a reconnection. NOTIFY_STATUS_SERVER_NOT_FOUND on
+ * timeout (no daemon, or one that did not answer or read in time; notifyd_last_error says which). */
 uint32_t notifyd_sync(int timeout_ms);
 
 /* A descriptor (eventfd) that becomes readable whenever a notification reaches any token of this process:
@@ -99,7 +101,8 @@ int notifyd_connection_fd(void);
  * malloc'ed JSON text in *json (free it). */
 uint32_t notifyd_query(int kind, const char *argument, char **json);
 
-/* Why the last connection attempt of this process failed (e.g. an untrusted daemon), or "". */
+/* Why the last connection attempt of this process failed, the connection was dropped, or a call gave up
+ * waiting (e.g. an untrusted daemon, a protocol error, a daemon that stopped reading), or "". */
 const char *notifyd_last_error(void);
 
 /* A short description of a NOTIFY_STATUS_* code. */

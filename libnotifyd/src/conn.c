@@ -1,9 +1,11 @@
 /* conn.c - the one connection of this process to notifyd: socket path (PROTOCOL.md 1), the daemon-user
- * check, the handshake with re-registration, writing frames, and requests waiting for their replies. The
- * reading side is reader.c. */
+ * check, the handshake with re-registration, writing frames (the outbound buffer, see internal.h), and
+ * requests waiting for their replies. The reading side, and writing what the socket did not take at once,
+ * is reader.c. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,7 +18,29 @@
 #include <time.h>
 #include <unistd.h>
 
-#define REPLY_TIMEOUT_S 30 /* a daemon that accepted us but never answers: give up rather than hang */
+/* The outbound buffer: a call that would take it past this waits for room (one frame always fits). */
+#define OUT_LIMIT (1u << 20)
+
+void nd_deadline(struct timespec *ts, long ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    if (ms < 0) ms = 0;
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) { ts->tv_sec++; ts->tv_nsec -= 1000000000L; }
+}
+
+long nd_ms_left(const struct timespec *ts) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ns = (long long)(ts->tv_sec - now.tv_sec) * 1000000000LL + (ts->tv_nsec - now.tv_nsec);
+    if (ns <= 0) return ns == 0 ? 0 : -1;
+    return (long)((ns + 999999) / 1000000); /* rounded up: 0 only when passed */
+}
+
+int nd_wait_until(pthread_cond_t *c, const struct timespec *until) {
+    if (nd_ms_left(until) <= 0) return ETIMEDOUT;
+    return pthread_cond_timedwait(c, &g.lock, until);
+}
 
 void nd_set_error(const char *fmt, ...) {
     va_list ap;
@@ -76,17 +100,6 @@ static int daemon_trusted(int fd, const char *path) {
     return 0;
 }
 
-static int send_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w; n -= (size_t)w;
-    }
-    return 0;
-}
-
-
 /* Connects, checks the daemon's user, and pipelines HELLO and a SUBSCRIBE for every active subscription
  * (re-registration after a reconnection). Lock held. */
 uint32_t nd_connect_locked(void) {
@@ -95,34 +108,46 @@ uint32_t nd_connect_locked(void) {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof addr.sun_path) { nd_set_error("socket path too long: %s", path); return NOTIFY_STATUS_SERVER_NOT_FOUND; }
     memcpy(addr.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (g.wake_efd < 0 && (g.wake_efd = eventfd_cloexec()) < 0) {
+        nd_set_error("eventfd: %s", strerror(errno));
+        return NOTIFY_STATUS_SERVER_NOT_FOUND;
+    }
+    /* Non-blocking from the start: a daemon whose listen queue is full (stopped, hung) fails the connect
+     * with EAGAIN instead of blocking us with the lock held. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) { nd_set_error("socket: %s", strerror(errno)); return NOTIFY_STATUS_SERVER_NOT_FOUND; }
     int r;
     do r = connect(fd, (struct sockaddr *)&addr, sizeof addr); while (r < 0 && errno == EINTR);
     if (r < 0) {
-        nd_set_error("cannot connect to %s: %s", path, strerror(errno));
+        if (errno == EAGAIN) nd_set_error("cannot connect to %s: the daemon accepts no connections (its queue is full)", path);
+        else nd_set_error("cannot connect to %s: %s", path, strerror(errno));
         close(fd);
         return NOTIFY_STATUS_SERVER_NOT_FOUND;
     }
     if (!daemon_trusted(fd, path)) { close(fd); return NOTIFY_STATUS_SERVER_NOT_FOUND; }
 
-    struct wbuf b = {0};
+    /* HELLO and a SUBSCRIBE for every active subscription go first into the (empty) outbound buffer. */
+    nd_reset_out();
     const char *prog = program_invocation_short_name;
-    w_hello(&b, prog && *prog ? prog : "libnotifyd");
+    w_hello(&g.out, prog && *prog ? prog : "libnotifyd");
     for (size_t i = 0; i < g.subs.cap; i++)
         for (struct hnode *n = g.subs.slots[i]; n; n = n->next) {
             struct nd_sub *s = container_of(n, struct nd_sub, node);
             /* Pending ones were failed with the old connection; their threads retry or give up. Retained
              * notifications were delivered at the first registration, not again. */
-            if (s->state == SUB_ACTIVE) w_subscribe(&b, nd_next_req(), s->id, 0, s->policy, s->limit, s->text);
+            if (s->state == SUB_ACTIVE) w_subscribe(&g.out, nd_next_req(), s->id, 0, s->policy, s->limit, s->text);
         }
-    pthread_mutex_lock(&g.wlock);
-    r = b.failed ? -1 : send_all(fd, b.data, b.len);
-    pthread_mutex_unlock(&g.wlock);
-    wbuf_free(&b);
-    if (r < 0) { nd_set_error("cannot write to %s: %s", path, strerror(errno)); close(fd); return NOTIFY_STATUS_SERVER_NOT_FOUND; }
     g.fd = fd;
+    clock_gettime(CLOCK_MONOTONIC, &g.out_since);
+    if (g.out.failed || nd_flush_locked() < 0) {
+        nd_set_error("cannot write to %s: %s", path, g.out.failed ? "out of memory" : strerror(errno));
+        close(fd);
+        g.fd = -1;
+        nd_reset_out();
+        return NOTIFY_STATUS_SERVER_NOT_FOUND;
+    }
     g.gen++;
+    g.broken = 0;
     g.welcomed = 0;
     g.max_frame = FT_MIN_MAX_FRAME;
     g.backoff_ms = 0;
@@ -146,21 +171,148 @@ uint32_t nd_connect_locked(void) {
 }
 
 uint32_t nd_ensure_connected(void) {
+    if (g.fd >= 0 && g.broken) {
+        /* A write failed or the daemon is hung: the reader, which sees the end of the connection, is about
+         * to drop it. Wait for that (promptly: nothing is left to wait for), then open a new one. */
+        struct timespec until;
+        nd_deadline(&until, g.timeout_ms);
+        while (g.fd >= 0 && g.broken && g.reader_running)
+            if (nd_wait_until(&g.cond, &until) == ETIMEDOUT) break;
+        if (g.fd >= 0) return NOTIFY_STATUS_SERVER_NOT_FOUND;
+    }
     if (g.fd >= 0) return NOTIFY_STATUS_OK;
     return nd_connect_locked();
 }
 
-uint32_t nd_send(struct wbuf *b) {
+void nd_reset_out(void) {
+    if (g.out.cap > 65536) wbuf_free(&g.out); /* after a burst, give the memory back */
+    g.out.len = 0;
+    g.out.failed = 0;
+    g.out_pos = 0;
+}
+
+/* Writes what the socket takes of the outbound buffer, without blocking. Lock held. -1 (errno set) when the
+ * connection failed: the caller lets the reader see it (shutdown) or, being the reader, drops it. */
+int nd_flush_locked(void) {
+    int progress = 0, err = 0;
+    while (g.out_pos < g.out.len) {
+        ssize_t w = send(g.fd, g.out.data + g.out_pos, g.out.len - g.out_pos, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { g.out_pos += (size_t)w; progress = 1; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        err = w < 0 ? errno : EPIPE;
+        break;
+    }
+    if (progress) {
+        clock_gettime(CLOCK_MONOTONIC, &g.out_since);
+        if (g.room_head) pthread_cond_broadcast(&g.roomcond);
+    }
+    if (g.out_pos == g.out.len) {
+        nd_reset_out();
+    } else if (g.out_pos >= g.out.len / 2) { /* keep the pending bytes at the front: amortised O(1) */
+        memmove(g.out.data, g.out.data + g.out_pos, g.out.len - g.out_pos);
+        g.out.len -= g.out_pos;
+        g.out_pos = 0;
+    }
+    if (err) { errno = err; return -1; }
+    return 0;
+}
+
+static void room_remove(struct nd_room *me) {
+    struct nd_room **pp = &g.room_head, *prev = NULL;
+    while (*pp && *pp != me) { prev = *pp; pp = &(*pp)->next; }
+    if (!*pp) return;
+    *pp = me->next;
+    if (g.room_tail == me) g.room_tail = prev;
+    pthread_cond_broadcast(&g.roomcond); /* the next one may go */
+}
+
+/* Milliseconds until what is pending has waited the library's timeout without the daemon reading any of it. */
+long nd_stall_left(void) {
+    struct timespec end = g.out_since;
+    end.tv_sec += g.timeout_ms / 1000;
+    end.tv_nsec += (long)(g.timeout_ms % 1000) * 1000000L;
+    if (end.tv_nsec >= 1000000000L) { end.tv_sec++; end.tv_nsec -= 1000000000L; }
+    return nd_ms_left(&end);
+}
+
+/* Whether the daemon has read nothing of what is pending for the library's timeout: it is stopped or hung.
+ * Sets the error that says so. */
+int nd_stalled(void) {
+    if (g.out_pos == g.out.len || nd_stall_left() > 0) return 0;
+    nd_set_error("the daemon read nothing from this process for %d ms (stopped or hung): connection dropped",
+                 g.timeout_ms);
+    return 1;
+}
+
+/* The connection cannot go on (a write failed, or the daemon is hung): later sends fail at once, and the
+ * reader, which sees the end of the connection, drops it. Keeps the error that says why. */
+static void mark_broken(void) {
+    g.broken = 1;
+    shutdown(g.fd, SHUT_RDWR);
+    pthread_cond_broadcast(&g.roomcond);
+}
+
+static int has_room(size_t n) {
+    size_t pending = g.out.len - g.out_pos;
+    return pending == 0 || pending + n <= OUT_LIMIT;
+}
+
+uint32_t nd_send(struct wbuf *b, const struct timespec *until) {
     if (b->failed) return NOTIFY_STATUS_FAILED;
-    if (g.fd < 0) return NOTIFY_STATUS_SERVER_NOT_FOUND;
-    int fd = g.fd;
-    pthread_mutex_lock(&g.wlock);
-    UNLOCK();
-    int r = send_all(fd, b->data, b->len);
-    if (r < 0) shutdown(fd, SHUT_RDWR); /* the reader sees end of file and reconnects */
-    pthread_mutex_unlock(&g.wlock);
-    pthread_mutex_lock(&g.lock);
-    return r < 0 ? NOTIFY_STATUS_SERVER_NOT_FOUND : NOTIFY_STATUS_OK;
+    if (g.fd < 0 || g.broken) return NOTIFY_STATUS_SERVER_NOT_FOUND;
+    if (until && (g.room_head || !has_room(b->len))) {
+        /* The daemon reads more slowly than we write (or not at all): wait, first come first served. The
+         * reader drops the connection once the daemon has read nothing for the library's timeout. */
+        uint64_t gen = g.gen;
+        struct nd_room me = {NULL};
+        if (g.room_tail) g.room_tail->next = &me; else g.room_head = &me;
+        g.room_tail = &me;
+        while (g.room_head != &me || !has_room(b->len)) {
+            int timed_out = nd_wait_until(&g.roomcond, until) == ETIMEDOUT;
+            if (g.gen != gen || g.fd < 0 || g.broken) { room_remove(&me); return NOTIFY_STATUS_SERVER_NOT_FOUND; }
+            if (timed_out && (g.room_head != &me || !has_room(b->len))) {
+                room_remove(&me);
+                /* The reader may not have noticed yet that the daemon is hung: tell it (it drops the
+                 * connection when it sees the end). Otherwise only this call's deadline has passed. */
+                if (nd_stalled()) mark_broken();
+                else nd_set_error("the daemon did not take this process's requests in time (%zu bytes waiting)",
+                                  g.out.len - g.out_pos);
+                return NOTIFY_STATUS_SERVER_NOT_FOUND;
+            }
+        }
+        room_remove(&me);
+    }
+    int was_empty = g.out_pos == g.out.len;
+    size_t off = 0;
+    if (was_empty) { /* the usual case: straight from the caller's buffer, no copy */
+        for (;;) {
+            ssize_t w = send(g.fd, b->data + off, b->len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) { off += (size_t)w; if (off == b->len) return NOTIFY_STATUS_OK; continue; }
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            goto failed;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &g.out_since); /* from now on the daemon has to read */
+    }
+    w_append_raw(&g.out, b->data + off, b->len - off);
+    if (g.out.failed) {
+        /* Out of memory with a frame written in part: the stream cannot go on. */
+        if (off) { errno = ENOMEM; goto failed; }
+        g.out.failed = 0;
+        return NOTIFY_STATUS_FAILED;
+    }
+    if (!was_empty && nd_flush_locked() < 0) goto failed;
+    if (g.out_pos < g.out.len && !g.poll_out && g.wake_efd >= 0) {
+        uint64_t one = 1; /* the reader writes the rest when the socket takes it */
+        ssize_t r = write(g.wake_efd, &one, sizeof one);
+        (void)r;
+    }
+    return NOTIFY_STATUS_OK;
+failed:
+    nd_set_error("cannot write to the daemon: %s", strerror(errno));
+    mark_broken();
+    return NOTIFY_STATUS_SERVER_NOT_FOUND;
 }
 
 void nd_remove_waiter(struct nd_waiter *w) {
@@ -168,25 +320,28 @@ void nd_remove_waiter(struct nd_waiter *w) {
         if (*pp == w) { *pp = w->next; return; }
 }
 
-uint32_t nd_request(struct nd_waiter *w, struct wbuf *b) {
+uint32_t nd_request(struct nd_waiter *w, struct wbuf *b, const struct timespec *until) {
+    struct timespec deflt;
+    int library_timeout = !until;
+    if (library_timeout) { nd_deadline(&deflt, g.timeout_ms); until = &deflt; }
     w->done = 0;
+    w->timed_out = 0;
     w->next = g.waiters;
     g.waiters = w;
-    uint32_t st = nd_send(b);
+    uint32_t st = nd_send(b, until);
     if (st != NOTIFY_STATUS_OK && !w->done) {
         nd_remove_waiter(w);
         w->done = 1;
         w->status = st;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += REPLY_TIMEOUT_S;
     while (!w->done) {
-        if (pthread_cond_timedwait(&g.cond, &g.lock, &until) == ETIMEDOUT && !w->done) {
+        if (nd_wait_until(&g.cond, until) == ETIMEDOUT && !w->done) {
             nd_remove_waiter(w);
             w->done = 1;
+            w->timed_out = 1;
             w->status = NOTIFY_STATUS_FAILED;
-            nd_set_error("the daemon did not answer within %d s", REPLY_TIMEOUT_S);
+            if (library_timeout) nd_set_error("the daemon did not answer within %d ms", g.timeout_ms);
+            else nd_set_error("the daemon did not answer in time");
         }
     }
     return w->status;

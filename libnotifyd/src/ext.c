@@ -1,6 +1,7 @@
 /* ext.c - the functions of <notifyd.h>: callbacks, payload posts, the barrier, introspection. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -80,10 +81,14 @@ uint32_t notifyd_post(const char *name, const void *payload, size_t length, uint
         struct nd_waiter w = {.id = nd_next_req()};
         w_post(&b, w.id, (uint8_t)flags, name, payload, length);
         if (flags & NOTIFYD_POST_ACK) {
-            st = nd_request(&w, &b);
+            st = nd_request(&w, &b, NULL);
             if (st == NOTIFY_STATUS_OK && delivered) *delivered = w.delivered;
         } else {
-            st = nd_send(&b);
+            /* Written to the socket, or queued behind what it has not taken yet; waits only while the
+             * library's buffer is full (the daemon reads more slowly than this process posts). */
+            struct timespec until;
+            nd_deadline(&until, g.timeout_ms);
+            st = nd_send(&b, &until);
         }
         wbuf_free(&b);
     }
@@ -92,39 +97,40 @@ uint32_t notifyd_post(const char *name, const void *payload, size_t length, uint
 }
 
 uint32_t notifyd_sync(int timeout_ms) {
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    if (timeout_ms < 0) timeout_ms = 0;
+    struct timespec until;
+    nd_deadline(&until, timeout_ms);
     LOCK();
+    uint32_t st;
+    int timed_out = 0;
     for (;;) {
-        uint32_t st = nd_ensure_connected();
+        st = nd_ensure_connected();
         /* After WELCOME the reader has queued what a restarted daemon needs back (state values) ahead
          * of anything we send now, so the PONG also means "restored". */
-        while (st == NOTIFY_STATUS_OK && !g.welcomed && g.fd >= 0) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += 1;
-            pthread_cond_timedwait(&g.cond, &g.lock, &until);
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >= timeout_ms) break;
-        }
+        while (st == NOTIFY_STATUS_OK && !g.welcomed && g.fd >= 0)
+            if (nd_wait_until(&g.cond, &until) == ETIMEDOUT) { timed_out = !g.welcomed; break; }
         if (st == NOTIFY_STATUS_OK && !g.welcomed) st = NOTIFY_STATUS_SERVER_NOT_FOUND;
         if (st == NOTIFY_STATUS_OK) {
             struct nd_waiter w = {.id = nd_next_req()};
             struct wbuf b = {0};
             w_simple(&b, FT_PING, w.id);
-            st = nd_request(&w, &b);
+            st = nd_request(&w, &b, &until);
             wbuf_free(&b);
             if (st == NOTIFY_STATUS_OK) break;
+            timed_out = w.timed_out;
         }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        long elapsed = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-        if (elapsed >= timeout_ms) { UNLOCK(); return st; }
-        UNLOCK();
-        usleep(20000); /* retrying a connection to a daemon that is not back yet */
-        LOCK();
+        if (timed_out || nd_ms_left(&until) <= 0) break;
+        /* Not connected (no daemon yet, or the connection just ended): try again shortly. */
+        struct timespec retry;
+        nd_deadline(&retry, 20);
+        if (nd_ms_left(&retry) > nd_ms_left(&until)) retry = until;
+        nd_wait_until(&g.cond, &retry);
     }
+    if (timed_out) nd_set_error("the daemon did not answer within %d ms", timeout_ms);
     UNLOCK();
-    return NOTIFY_STATUS_OK;
+    /* Whatever kept the barrier from completing in time (no daemon, no answer, no room to write the PING):
+     * the daemon was not reached. */
+    return st == NOTIFY_STATUS_OK ? st : NOTIFY_STATUS_SERVER_NOT_FOUND;
 }
 
 int notifyd_connection_fd(void) {
@@ -145,7 +151,7 @@ uint32_t notifyd_query(int kind, const char *argument, char **json) {
         struct wbuf b = {0};
         /* Names and clients answers may span frames: ask for parts (6.10). */
         w_query(&b, w.id, (uint8_t)(kind == 1 ? 1 : kind | 0x80), argument ? argument : "");
-        st = nd_request(&w, &b);
+        st = nd_request(&w, &b, NULL);
         wbuf_free(&b);
         if (st == NOTIFY_STATUS_OK) *json = (char *)w.json.data;
         else wbuf_free(&w.json);

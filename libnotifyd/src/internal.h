@@ -1,11 +1,12 @@
 /* internal.h - the library's process-wide state and the functions its files share.
  *
- * Locking: one mutex `g.lock` guards everything below except `posted` counters (atomic). A second mutex
- * `g.wlock` serialises writes to the socket. A writer takes g.lock, then g.wlock, then releases g.lock
- * while it writes ("hand over hand"): frames reach the wire in the order the state changes were made,
- * yet the reader thread can take g.lock (and keep reading) while a writer is blocked in send(), so a
- * daemon that stops reading until we read its replies cannot deadlock us. Order is always lock, then
- * wlock. User callbacks never run with either held. */
+ * Locking: one mutex `g.lock` guards everything below except `posted` counters (atomic). Nothing blocks
+ * while holding it: the socket is non-blocking; a frame is appended to the outbound buffer `g.out` under
+ * the lock (so frames reach the wire in the order of the state changes) and written at once as far as the
+ * kernel takes it; the reader thread writes the rest when the socket is writable (poll). A call that finds
+ * the outbound buffer full waits on a condition variable (the lock released), in FIFO order, until there is
+ * room, the connection ends, or its deadline passes; the reader drops a connection whose daemon has read
+ * nothing for the library's timeout, as for a dead daemon. User callbacks never run with the lock held. */
 #ifndef ND_INTERNAL_H
 #define ND_INTERNAL_H
 #include "../include/notify.h"
@@ -56,8 +57,9 @@ struct nd_sub {
 };
 
 struct nd_token {
-    struct hnode node; /* in g.tokens once registered */
+    struct hnode node; /* in g.tokens from the moment it has an id (so that no other token gets that id) */
     int id;
+    int ready;         /* registered: the API sees it (nd_token_find) */
     enum nd_kind kind;
     struct nd_entry *entry;
     struct nd_token *enext, *eprev;
@@ -97,15 +99,20 @@ struct nd_waiter {
     struct nd_token *token; /* SUBSCRIBE with retained: who gets RETAINED frames */
     struct wbuf json;       /* QUERY: the answer, parts concatenated */
     int parts;
+    int timed_out;          /* the deadline passed first (status NOTIFY_STATUS_FAILED) */
     struct nd_waiter *next;
 };
 
 struct nd_state { struct hnode node; char *name; uint64_t value; };
 
+/* A call waiting for room in the outbound buffer. Lives on that thread's stack. */
+struct nd_room { struct nd_room *next; };
+
 struct nd_global {
-    pthread_mutex_t lock, wlock;
-    pthread_cond_t cond, cbcond;
-    int fd;
+    pthread_mutex_t lock;
+    pthread_cond_t cond, cbcond, roomcond; /* on CLOCK_MONOTONIC */
+    int fd;                 /* non-blocking */
+    int broken;             /* fd is shut down (a write failed, the daemon is hung): the reader drops it */
     uint64_t gen;
     int welcomed, have_instance;
     uint8_t instance[16];
@@ -122,6 +129,15 @@ struct nd_global {
     pthread_t reader, cbthread;
     uint32_t backoff_ms, goodbye_ms;
     int conn_efd;
+    /* Outbound: bytes out.data[out_pos..out.len) are not yet taken by the kernel; out_since is when they
+     * last made progress (or became pending). Callers waiting for room queue on room_head. */
+    struct wbuf out;
+    size_t out_pos;
+    struct timespec out_since;
+    struct nd_room *room_head, *room_tail;
+    int wake_efd;  /* eventfd: wakes the reader from poll() to write what is pending */
+    int poll_out;  /* the reader is in poll() waiting for the socket to be writable */
+    int timeout_ms; /* how long to wait for a daemon that neither reads nor answers (NOTIFYD_TIMEOUT_MS) */
     uint8_t *rbuf; /* the reader thread's receive buffer */
     size_t rcap;
     char last_error[256];
@@ -135,11 +151,27 @@ void nd_init(void); /* once per process: locks, atfork */
 /* conn.c */
 uint32_t nd_connect_locked(void);                       /* lock held; g.fd < 0 */
 void nd_remove_waiter(struct nd_waiter *w);
+void nd_deadline(struct timespec *ts, long ms);           /* CLOCK_MONOTONIC now + ms */
+long nd_ms_left(const struct timespec *ts);              /* until ts; <= 0 when passed */
+int nd_wait_until(pthread_cond_t *c, const struct timespec *until); /* lock held; ETIMEDOUT when passed */
+/* Appends a frame for the daemon and writes what the socket takes. Lock held; never blocks on the socket.
+ * With `until` NULL the frame is appended whatever the buffer holds (small, bounded frames: unsubscribes,
+ * the reader's own); otherwise the call waits (lock released) while the buffer is full, at most until
+ * `until`. NOTIFY_STATUS_SERVER_NOT_FOUND when there is no connection, it ends meanwhile, or the daemon did
+ * not make room in time. */
+uint32_t nd_send(struct wbuf *b, const struct timespec *until);
+int nd_flush_locked(void); /* writes what the socket takes; -1 when the connection failed (errno) */
+long nd_stall_left(void); /* ms until pending output has waited the timeout without progress */
+int nd_stalled(void);      /* the daemon has read nothing pending for the timeout (sets the error) */
+void nd_reset_out(void);
+/* Sends a request and waits for its reply, at most until `until` (NULL: the library's timeout). Lock held;
+ * w->id set. */
+uint32_t nd_request(struct nd_waiter *w, struct wbuf *b, const struct timespec *until);
 /* reader.c */
 void *nd_reader_main(void *arg);
-uint32_t nd_ensure_connected(void);                     /* lock held */
-uint32_t nd_send(struct wbuf *b);                        /* lock held (released during the write) */
-uint32_t nd_request(struct nd_waiter *w, struct wbuf *b); /* lock held; w->id set; waits for the reply */
+/* Connects unless connected. Lock held; may release it (waiting for the reader to drop a broken
+ * connection), so callers copy what they need of a token first. */
+uint32_t nd_ensure_connected(void);
 uint32_t nd_next_req(void);
 uint32_t nd_status_of_error(uint16_t code);
 void nd_set_error(const char *fmt, ...);

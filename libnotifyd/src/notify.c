@@ -137,17 +137,17 @@ uint32_t notify_set_state(int token, uint64_t state64) {
     LOCK();
     struct nd_token *t = nd_token_find(token);
     if (!t) { UNLOCK(); return NOTIFY_STATUS_INVALID_TOKEN; }
-    const char *name = t->entry->text;
+    char copy[256];
+    strcpy(copy, t->entry->text); /* the token may be cancelled while we wait */
+    const char *name = copy;
     uint32_t st;
     if (t->entry->is_pattern) st = NOTIFY_STATUS_INVALID_NAME;
     else if (name_is_self(name)) st = state_store(&g.self_states, name, state64) ? NOTIFY_STATUS_FAILED : NOTIFY_STATUS_OK;
     else if ((st = nd_ensure_connected()) == NOTIFY_STATUS_OK) {
-        char copy[256];
-        strcpy(copy, name); /* the token may be cancelled while we wait */
         struct nd_waiter w = {.id = nd_next_req()};
         struct wbuf b = {0};
         w_set_state(&b, w.id, state64, copy);
-        st = nd_request(&w, &b);
+        st = nd_request(&w, &b, NULL);
         wbuf_free(&b);
         /* Remembered so that a restarted daemon gets it back. */
         if (st == NOTIFY_STATUS_OK && state_store(&g.states, copy, state64) < 0) st = NOTIFY_STATUS_FAILED;
@@ -161,7 +161,9 @@ uint32_t notify_get_state(int token, uint64_t *state64) {
     LOCK();
     struct nd_token *t = nd_token_find(token);
     if (!t) { UNLOCK(); return NOTIFY_STATUS_INVALID_TOKEN; }
-    const char *name = t->entry->text;
+    char copy[256];
+    strcpy(copy, t->entry->text); /* the token may be cancelled while we wait */
+    const char *name = copy;
     uint32_t st;
     if (t->entry->is_pattern) st = NOTIFY_STATUS_INVALID_NAME;
     else if (name_is_self(name)) {
@@ -172,7 +174,7 @@ uint32_t notify_get_state(int token, uint64_t *state64) {
         struct nd_waiter w = {.id = nd_next_req()};
         struct wbuf b = {0};
         w_get_state(&b, w.id, name);
-        st = nd_request(&w, &b);
+        st = nd_request(&w, &b, NULL);
         wbuf_free(&b);
         if (st == NOTIFY_STATUS_OK) *state64 = w.value; /* never set: 0, as on Darwin */
     }

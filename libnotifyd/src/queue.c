@@ -47,6 +47,8 @@ static int run_one(struct notifyd_queue *q) {
         cb(id, &n, ctx);
         pthread_mutex_lock(&g.lock);
     }
+    /* `t` is still ours: we hold the reference the queue took, also in a child forked by the callback
+     * (the atfork handler drops only the registrations' and the queues' references). */
     nd_note_unref(note);
     nd_token_unref(t);
     return 1;

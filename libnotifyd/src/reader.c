@@ -1,9 +1,11 @@
 /* reader.c - the reader thread: reads the connection, decodes frames, completes waiting requests, routes
- * notifications, and after a disconnection reconnects with back-off for as long as this process has
- * registrations or state values to restore. */
+ * notifications, writes what the socket did not take at once (and drops the connection of a daemon that
+ * reads nothing for the library's timeout), and after a disconnection reconnects with back-off for as long
+ * as this process has registrations or state values to restore. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +13,16 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Forgets the connection: every waiting request fails, its subscriptions are marked failed. Lock held;
- * only the reader thread calls this, so only it closes the descriptor it reads. */
+/* Forgets the connection: what was not written is discarded, every waiting request fails, its
+ * subscriptions are marked failed, calls waiting for room in the outbound buffer give up. Lock held; only
+ * the reader thread calls this, so only it closes the descriptor it polls. */
 static void drop_connection(void) {
     if (g.fd < 0) return;
-    shutdown(g.fd, SHUT_RDWR); /* wakes a writer blocked in send() before we take wlock */
-    pthread_mutex_lock(&g.wlock);
     close(g.fd);
     g.fd = -1;
-    pthread_mutex_unlock(&g.wlock);
+    g.broken = 0;
+    nd_reset_out();
+    pthread_cond_broadcast(&g.roomcond);
     for (struct nd_waiter *w = g.waiters; w; w = w->next) {
         w->done = 1;
         w->status = NOTIFY_STATUS_SERVER_NOT_FOUND;
@@ -143,15 +146,60 @@ static int handle_frame(const struct frame *f, struct wbuf *restore) {
 
 static void sleep_locked(uint32_t ms) {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
-    pthread_cond_timedwait(&g.cond, &g.lock, &until);
+    nd_deadline(&until, ms);
+    nd_wait_until(&g.cond, &until);
 }
 
-/* Reads the connection, hands frames to handle_frame, and after a disconnection reconnects with
- * back-off (50 ms doubling to 2 s) for as long as this process has registrations or state to restore. */
+/* Reads what the socket holds and handles every whole frame. Lock held. -1 when the connection was
+ * dropped. */
+static int read_frames(int fd, size_t *lenp) {
+    ssize_t r;
+    do r = recv(fd, g.rbuf + *lenp, g.rcap - *lenp, MSG_DONTWAIT); while (r < 0 && errno == EINTR);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (r <= 0) {
+        if (!g.last_error[0]) nd_set_error("the daemon closed the connection");
+        drop_connection();
+        return -1;
+    }
+    size_t len = *lenp + (size_t)r;
+    struct wbuf restore = {0};
+    size_t pos = 0;
+    int bad = 0;
+    for (;;) {
+        uint32_t flen = 0;
+        int whole = w_split(g.rbuf + pos, len - pos, g.max_frame, &flen);
+        if (whole < 0) { nd_set_error("protocol error: frame length %u", w_get32(g.rbuf + pos)); bad = 1; break; }
+        if (!whole) {
+            if (flen && g.rcap < (size_t)flen + 4) {
+                size_t nc = g.rcap;
+                while (nc < (size_t)flen + 4 + 16384) nc *= 2;
+                uint8_t *nb = realloc(g.rbuf, nc);
+                if (!nb) abort();
+                g.rbuf = nb; g.rcap = nc;
+            }
+            break;
+        }
+        struct frame f;
+        if (w_decode(g.rbuf + pos + 4, flen, &f) < 0) { nd_set_error("protocol error: malformed frame of type 0x%02x", g.rbuf[pos + 4]); bad = 1; break; }
+        if (handle_frame(&f, &restore) < 0) {
+            if (!g.last_error[0]) nd_set_error("protocol error: unexpected frame of type 0x%02x", f.type);
+            bad = 1;
+            break;
+        }
+        pos += 4 + flen;
+    }
+    memmove(g.rbuf, g.rbuf + pos, len - pos);
+    len -= pos;
+    if (bad) { drop_connection(); wbuf_free(&restore); return -1; }
+    *lenp = len;
+    if (restore.len) nd_send(&restore, NULL); /* never waits: the reader must go on reading */
+    wbuf_free(&restore);
+    return 0;
+}
+
+/* Reads the connection, hands frames to handle_frame, writes pending frames when the socket takes them,
+ * and after a disconnection reconnects with back-off (50 ms doubling to 2 s) for as long as this process
+ * has registrations or state to restore. Blocks only in poll(), without the lock. */
 void *nd_reader_main(void *arg) {
     (void)arg;
     size_t len = 0;
@@ -178,50 +226,32 @@ void *nd_reader_main(void *arg) {
             if (!nb) abort();
             g.rbuf = nb; g.rcap *= 2;
         }
-        uint8_t *dst = g.rbuf + len;
-        size_t room = g.rcap - len;
+        /* Pending output: wait for the socket to take it, but not past the point where the daemon has
+         * read nothing for the timeout. */
+        int timeout = -1;
+        if (g.out_pos < g.out.len && !g.broken) {
+            if (nd_stalled()) { drop_connection(); continue; }
+            long left = nd_stall_left();
+            timeout = left > 0 ? (int)left : 0;
+        }
+        struct pollfd p[2] = {{fd, (short)(POLLIN | (timeout >= 0 ? POLLOUT : 0)), 0}, {g.wake_efd, POLLIN, 0}};
+        g.poll_out = timeout >= 0;
         pthread_mutex_unlock(&g.lock);
-        ssize_t r;
-        do r = read(fd, dst, room); while (r < 0 && errno == EINTR);
+        int n = poll(p, 2, timeout);
         pthread_mutex_lock(&g.lock);
-        if (gen != g.gen) continue;
-        if (r <= 0) {
-            if (!g.last_error[0]) nd_set_error("the daemon closed the connection");
+        g.poll_out = 0;
+        if (p[1].revents & POLLIN) {
+            uint64_t v;
+            ssize_t rr = read(g.wake_efd, &v, sizeof v);
+            (void)rr;
+        }
+        if (gen != g.gen || g.fd != fd || n <= 0) continue;
+        /* Read first: a daemon that closes the connection says why in its last frame. */
+        if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && read_frames(fd, &len) < 0) continue;
+        if ((p[0].revents & POLLOUT) && g.fd == fd && !g.broken && g.out_pos < g.out.len && nd_flush_locked() < 0) {
+            nd_set_error("cannot write to the daemon: %s", strerror(errno));
             drop_connection();
-            continue;
         }
-        len += (size_t)r;
-        struct wbuf restore = {0};
-        size_t pos = 0;
-        int bad = 0;
-        for (;;) {
-            uint32_t flen = 0;
-            int whole = w_split(g.rbuf + pos, len - pos, g.max_frame, &flen);
-            if (whole < 0) { nd_set_error("protocol error: frame length %u", w_get32(g.rbuf + pos)); bad = 1; break; }
-            if (!whole) {
-                if (flen && g.rcap < (size_t)flen + 4) {
-                    size_t nc = g.rcap;
-                    while (nc < (size_t)flen + 4 + 16384) nc *= 2;
-                    uint8_t *nb = realloc(g.rbuf, nc);
-                    if (!nb) abort();
-                    g.rbuf = nb; g.rcap = nc;
-                }
-                break;
-            }
-            struct frame f;
-            if (w_decode(g.rbuf + pos + 4, flen, &f) < 0) { nd_set_error("protocol error: malformed frame of type 0x%02x", g.rbuf[pos + 4]); bad = 1; break; }
-            if (handle_frame(&f, &restore) < 0) {
-                if (!g.last_error[0]) nd_set_error("protocol error: unexpected frame of type 0x%02x", f.type);
-                bad = 1;
-                break;
-            }
-            pos += 4 + flen;
-        }
-        memmove(g.rbuf, g.rbuf + pos, len - pos);
-        len -= pos;
-        if (bad) { drop_connection(); wbuf_free(&restore); continue; }
-        if (restore.len) nd_send(&restore);
-        wbuf_free(&restore);
     }
     return NULL;
 }

@@ -5,6 +5,7 @@
 #include "internal.h"
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,26 @@ struct nd_token *nd_token_new(enum nd_kind kind) {
 struct nd_token *nd_token_find(int id) {
     if (id < 0) return NULL;
     struct hnode *n = htab_find_int(&g.tokens, id);
-    return n ? container_of(n, struct nd_token, node) : NULL;
+    struct nd_token *t = n ? container_of(n, struct nd_token, node) : NULL;
+    return t && t->ready ? t : NULL; /* one still being registered is not the caller's yet */
+}
+
+/* Gives `t` the next free id and puts it in g.tokens. Ids count up from 0; after INT_MAX they start again
+ * at 0 and skip every id in use (registered or being registered), so an id never names two live tokens.
+ * -1 when out of memory (or, absurdly, when every id is in use). Lock held. */
+static int token_assign_id(struct nd_token *t) {
+    for (long tries = 0; tries <= (long)INT_MAX; tries++) {
+        int id = g.next_token;
+        g.next_token = id == INT_MAX ? 0 : id + 1;
+        if (htab_find_int(&g.tokens, id)) continue;
+        t->id = id;
+        t->node.ikey = id;
+        t->node.skey = NULL;
+        if (htab_insert(&g.tokens, &t->node) < 0) return -1;
+        t->in_map = 1;
+        return 0;
+    }
+    return -1;
 }
 
 void nd_note_unref(struct nd_note *n) {
@@ -61,8 +81,8 @@ void nd_sub_free(struct nd_sub *s) {
     free(s);
 }
 
-/* Drops a token's hold on its subscription; the last one unsubscribes. Lock held; may release it while
- * writing, so callers finish their own bookkeeping first. */
+/* Drops a token's hold on its subscription; the last one unsubscribes (never waits: the UNSUBSCRIBE goes
+ * into the outbound buffer whatever it holds). Lock held. */
 static void sub_release(struct nd_sub *s) {
     if (!s || --s->refs > 0) return;
     if (s->in_map) { htab_remove(&g.subs, &s->node); s->in_map = 0; }
@@ -73,7 +93,7 @@ static void sub_release(struct nd_sub *s) {
         /* Fire and forget: the OK (or an error for a subscription the daemon already lost) is ignored. */
         struct wbuf b = {0};
         w_unsubscribe(&b, nd_next_req(), id);
-        nd_send(&b);
+        nd_send(&b, NULL); /* never waits: a few bytes per subscription the process had */
         wbuf_free(&b);
     }
 }
@@ -121,14 +141,13 @@ uint32_t nd_register(struct nd_token *t, const char *name, const notifyd_registe
     else if (!self) st = nd_ensure_connected();
     if (st != NOTIFY_STATUS_OK) { nd_token_unref(t); return st; }
 
+    if (token_assign_id(t) < 0) { nd_token_unref(t); return NOTIFY_STATUS_FAILED; }
     struct nd_entry *e = entry_get(name, is_pattern);
-    if (!e) { nd_token_unref(t); return NOTIFY_STATUS_FAILED; }
+    if (!e) { htab_remove(&g.tokens, &t->node); nd_token_unref(t); return NOTIFY_STATUS_FAILED; }
     t->entry = e;
     t->enext = e->head;
     if (e->head) e->head->eprev = t;
     e->head = t;
-    t->id = g.next_token++;
-    if (g.next_token < 0) g.next_token = 0;
 
     if (!self) {
         char key[300];
@@ -164,7 +183,7 @@ uint32_t nd_register(struct nd_token *t, const char *name, const notifyd_registe
             struct nd_waiter w = {.id = nd_next_req(), .sub = s, .token = t};
             struct wbuf b = {0};
             w_subscribe(&b, w.id, s->id, s->flags, s->policy, s->limit, name);
-            st = nd_request(&w, &b);
+            st = nd_request(&w, &b, NULL);
             wbuf_free(&b);
             if (st != NOTIFY_STATUS_OK && s->state == SUB_PENDING) {
                 s->state = SUB_FAILED;
@@ -174,9 +193,9 @@ uint32_t nd_register(struct nd_token *t, const char *name, const notifyd_registe
             }
         }
     }
-    t->node.ikey = t->id;
-    if (st == NOTIFY_STATUS_OK && htab_insert(&g.tokens, &t->node) < 0) st = NOTIFY_STATUS_FAILED;
     if (st != NOTIFY_STATUS_OK) {
+        htab_remove(&g.tokens, &t->node);
+        t->in_map = 0;
         t->cancelled = 1;
         entry_detach(t);
         struct nd_sub *s = t->sub;
@@ -185,7 +204,7 @@ uint32_t nd_register(struct nd_token *t, const char *name, const notifyd_registe
         sub_release(s);
         return st;
     }
-    t->in_map = 1;
+    t->ready = 1;
     *out = t->id;
     return NOTIFY_STATUS_OK;
 }
