@@ -6,6 +6,10 @@ import Foundation
 /// An invocation enters the gate before calling the handler and leaves it after. `close()` marks the gate
 /// closed and then waits for an invocation already inside to leave, unless `close()` is called from that
 /// invocation itself (cancelling from inside a handler), which must not wait for itself.
+///
+/// Invocations from two threads never overlap: an `.immediate` handler runs on whichever thread delivers (the I/O
+/// thread, or a thread posting a `self.` name), and the second waits at the gate for the first to leave. A thread
+/// already inside may enter again (a handler posting a `self.` name its own observation matches).
 final class HandlerGate: Sendable {
     // The condition's lock orders every change of the two values below and lets `close()` wait for an
     // invocation to leave. They are atomics so that the compiler, not a comment, vouches for the sharing;
@@ -15,6 +19,11 @@ final class HandlerGate: Sendable {
     private let closedFlag = ManagedAtomic(false)
     /// The thread running an invocation (see ``currentThread``), or 0.
     private let activeThread = ManagedAtomic<UInt>(0)
+    /// How deep that thread is inside (a handler that delivers to its own observation enters again).
+    private let depth = ManagedAtomic<Int>(0)
+    /// Threads waiting at the gate for another's invocation to leave (tests read it).
+    private let waitingThreads = ManagedAtomic<Int>(0)
+    var waitingCount: Int { waitingThreads.load(ordering: .relaxed) }
 
     /// The calling thread's identity, never 0.
     private static var currentThread: UInt {
@@ -35,20 +44,31 @@ final class HandlerGate: Sendable {
     private func enter() -> Bool {
         condition.lock()
         defer { condition.unlock() }
+        let me = Self.currentThread
+        while !closedFlag.load(ordering: .relaxed) {
+            let active = activeThread.load(ordering: .relaxed)
+            if active == 0 || active == me { break }
+            waitingThreads.wrappingIncrement(ordering: .relaxed)
+            condition.wait()
+            waitingThreads.wrappingDecrement(ordering: .relaxed)
+        }
         if closedFlag.load(ordering: .relaxed) { return false }
-        activeThread.store(Self.currentThread, ordering: .relaxed)
+        activeThread.store(me, ordering: .relaxed)
+        depth.wrappingIncrement(ordering: .relaxed)
         return true
     }
 
-    /// Leaves the gate, waking a `close()` waiting for the invocation to end.
+    /// Leaves the gate, waking a `close()` or an invocation waiting for this one to end.
     private func leave() {
         condition.lock()
-        activeThread.store(0, ordering: .relaxed)
-        condition.broadcast()
+        if depth.wrappingDecrementThenLoad(ordering: .relaxed) == 0 {
+            activeThread.store(0, ordering: .relaxed)
+            condition.broadcast()
+        }
         condition.unlock()
     }
 
-    /// Runs `body` unless the gate is closed. Invocations of one gate never overlap (the executor is serial).
+    /// Runs `body` unless the gate is closed. Invocations of one gate never overlap, whichever thread delivers.
     func run(_ body: () -> Void) {
         guard enter() else { return }
         body()

@@ -115,6 +115,8 @@ final class ObservationCore: Sendable {
     func finishWaitingForCurrentValue() { waitingForCurrentValue.store(false, ordering: .releasing) }
 
     var isCancelled: Bool { gate.isClosed }
+    /// Threads waiting to run this observation's handler while another runs it (tests read it).
+    var threadsWaitingForHandler: Int { gate.waitingCount }
 
     /// Hands a notification to the executor; the handler runs there unless the observation is cancelled first.
     func deliver(_ notification: ReceivedNotification) {

@@ -216,6 +216,43 @@ struct DeliveryTargetTests {
         try await daemon.stop()
     }
 
+    @Test(".immediate: a handler delivered from two threads at once (two posters of a self. name) runs one at a time")
+    func immediateHandlerNeverOverlaps() async throws {
+        let daemon = try await TestServer.start()
+        let center = try await daemon.center()
+        let inside = NIOLockedValueBox((now: 0, most: 0, calls: 0))
+        let firstStarted = DispatchSemaphore(value: 0)
+        let releaseFirst = DispatchSemaphore(value: 0)
+        let observation = try center.observe("self.overlap", on: .immediate) { _ in
+            let call = inside.withLockedValue { state -> Int in
+                state.now += 1
+                state.most = max(state.most, state.now)
+                state.calls += 1
+                return state.calls
+            }
+            if call == 1 {
+                firstStarted.signal()
+                _ = releaseFirst.wait(timeout: .now() + 20)
+            }
+            inside.withLockedValue { $0.now -= 1 }
+        }
+        let posted = Collector<Int>()
+        Thread { try? center.post("self.overlap"); posted.append(1) }.start()
+        #expect(firstStarted.wait(timeout: .now() + TestScale.timeout(10)) == .success, "the first invocation never started")
+        Thread { try? center.post("self.overlap"); posted.append(2) }.start()
+        // The second poster either waits at the gate (right) or runs the handler alongside the first (the bug).
+        try await waitUntil("the second delivery to wait or to run") {
+            observation.core.threadsWaitingForHandler == 1 || inside.withLockedValue { $0.most } > 1
+        }
+        releaseFirst.signal()
+        _ = try await posted.wait(for: 2, "both posts")
+        #expect(inside.withLockedValue { $0.most } == 1, "two invocations of one .immediate handler overlapped")
+        #expect(inside.withLockedValue { $0.calls } == 2)
+        withExtendedLifetime(observation) {}
+        await center.close()
+        try await daemon.stop()
+    }
+
     @Test("a handler that blocks does not delay another observation's handler")
     func blockedHandlerIsolation() async throws {
         let daemon = try await TestServer.start()
