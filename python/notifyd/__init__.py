@@ -20,6 +20,7 @@ process-wide :class:`Center` on the default socket, made on first use (:func:`de
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Optional, TypeVar, Union, overload
 
@@ -55,6 +56,16 @@ T = TypeVar("T")
 
 _default: Optional[Center] = None
 _default_lock = threading.Lock()
+
+
+def _reset_default_lock_after_fork() -> None:
+    # A thread of the parent may have held it; the center itself is reset by its own fork handler.
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_default_lock_after_fork)
 
 
 def default_center() -> Center:

@@ -2,7 +2,10 @@
 
 It shares the synchronous center's connection machinery (one I/O thread per center that reads the socket,
 reconnects and resubscribes); replies reach the event loop as futures (``asyncio.wrap_future``) and notifications
-through ``loop.call_soon_threadsafe``, so no coroutine ever blocks the loop.
+through ``loop.call_soon_threadsafe``, so no coroutine ever blocks the loop. Requests are written without blocking
+either: what the socket does not take at once is queued, in order, and written by the I/O thread. A request that
+is not written within its timeout (the daemon stopped reading) fails with ``NotifydTimeout`` and the connection is
+dropped and reconnected.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import concurrent.futures
 import functools
 from typing import Any, Callable, Deque, Dict, List, Optional, TypeVar, Union, overload
 
-from ._center import READER_THREAD, Center, Observation, Payload
+from ._center import _SLACK, READER_THREAD, Center, Observation, Payload, _Deadline
 from ._model import ConnectionEvent, DaemonInfo, Notification, Policy, PostReceipt
 from ._paths import DaemonUser
 from .errors import NotifydTimeout
@@ -45,11 +48,13 @@ class NotificationStream:
         self._waiter: Optional["asyncio.Future[None]"] = None
         self._ended = False
         self._timeout = timeout
+        self._center = center
         #: Notifications dropped because the buffer was full.
         self.dropped_count = 0
         self._observation: Observation
         self._observation, future = center._start_observation(
-            pattern, self._from_thread, policy, current_value, READER_THREAD, on_end=self._end_from_thread)
+            pattern, self._from_thread, policy, current_value, READER_THREAD, on_end=self._end_from_thread,
+            deadline=_Deadline(timeout))
         self._ready: Optional["asyncio.Future[Any]"] = (
             asyncio.wrap_future(future, loop=loop) if future is not None else None)
 
@@ -64,7 +69,11 @@ class NotificationStream:
             ready, self._ready = self._ready, None
             try:
                 await asyncio.wait_for(ready, self._timeout)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError as error:
+                if isinstance(error, NotifydTimeout):  # the SUBSCRIBE was not written in time
+                    self._ended = True
+                    raise
+                self._center._expire_overdue(_SLACK)
                 self.cancel()
                 raise NotifydTimeout(f"observing {self.pattern!r} did not complete within {self._timeout} "
                                      f"seconds") from None
@@ -168,28 +177,39 @@ class AsyncCenter:
         """Whether the handshake is complete on the current connection."""
         return self.center.connected
 
-    async def _await(self, future: "concurrent.futures.Future[T]", timeout: Optional[float], what: str) -> T:
-        limit = self.center.timeout if timeout is None else timeout
+    async def _await(self, future: "concurrent.futures.Future[T]", deadline: _Deadline, what: str) -> T:
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), limit)
-        except asyncio.TimeoutError:
-            raise NotifydTimeout(f"{what} did not complete within {limit} seconds") from None
+            return await asyncio.wait_for(asyncio.wrap_future(future), deadline.remaining())
+        except asyncio.TimeoutError as error:
+            if isinstance(error, NotifydTimeout):  # not written in time (asyncio.TimeoutError is TimeoutError)
+                raise
+            self.center._expire_overdue(_SLACK)  # unwritten: drop the connection before reporting the timeout
+            raise NotifydTimeout(f"{what} did not complete within {deadline.limit} seconds") from None
 
     async def post(self, name: str, payload: Payload = b"", *, retain: bool = False,
                    timeout: Optional[float] = None) -> PostReceipt:
         """Posts and waits for the daemon's receipt (see :meth:`Center.post`)."""
-        future = self.center._post_future(name, payload, retain, True)
-        result: PostReceipt = await self._await(future, timeout, f"posting {name!r}")
+        deadline = self.center._deadline(timeout)
+        future = self.center._post_future(name, payload, retain, True, deadline)
+        result: PostReceipt = await self._await(future, deadline, f"posting {name!r}")
         return result
 
-    def post_nowait(self, name: str, payload: Payload = b"", *, retain: bool = False) -> None:
-        """Posts without waiting (see :meth:`Center.post_nowait`)."""
-        self.center.post_nowait(name, payload, retain=retain)
+    def post_nowait(self, name: str, payload: Payload = b"", *, retain: bool = False,
+                    timeout: Optional[float] = None) -> None:
+        """Posts without waiting (see :meth:`Center.post_nowait`), and without ever blocking the loop.
+
+        What the socket does not take at once is queued and written by the I/O thread. If it is not written
+        within ``timeout`` seconds (default: the center's), the daemon has stopped reading: the connection is
+        dropped and reconnected (a ``DISCONNECTED`` event); the post is lost, as fire and forget allows.
+        """
+        self.center._post_future(name, payload, retain, False, self.center._deadline(timeout))
 
     async def synchronize(self, timeout: Optional[float] = None) -> None:
         """Returns once the daemon has processed everything sent before."""
         from . import _wire as wire
-        await self._await(self.center._request(lambda rid: wire.Ping(rid), "synchronize"), timeout, "synchronize")
+        deadline = self.center._deadline(timeout)
+        await self._await(self.center._request(lambda rid: wire.Ping(rid), "synchronize", deadline,
+                                               reply=(wire.Pong,)), deadline, "synchronize")
 
     @overload
     async def get_state(self, name: str) -> int: ...
@@ -201,8 +221,10 @@ class AsyncCenter:
         """The state value of ``name``, or ``default`` (0) if never set (see :meth:`Center.get_state`)."""
         from . import _wire as wire
         self.center._check_name(name, "get the state of")
-        value = await self._await(self.center._request(lambda rid: wire.GetState(rid, name), "get_state"), timeout,
-                                  f"reading the state of {name!r}")
+        deadline = self.center._deadline(timeout)
+        value = await self._await(self.center._request(lambda rid: wire.GetState(rid, name), "get_state", deadline,
+                                                       reply=(wire.State,)),
+                                  deadline, f"reading the state of {name!r}")
         return default if value is None else value
 
     async def set_state(self, name: str, value: int, *, timeout: Optional[float] = None) -> None:
@@ -220,19 +242,24 @@ class AsyncCenter:
 
     async def status(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """The daemon's figures (see :meth:`Center.status`)."""
-        result: Dict[str, Any] = await self._await(self.center._query_future(1, ""), timeout, "status")
+        deadline = self.center._deadline(timeout)
+        result: Dict[str, Any] = await self._await(self.center._query_future(1, "", deadline), deadline, "status")
         return result
 
     async def names(self, pattern: str = "", timeout: Optional[float] = None) -> List[Dict[str, Any]]:
         """Names known to the daemon, optionally matching ``pattern`` (see :meth:`Center.names`)."""
         if pattern:
             validate_pattern(pattern)
-        result: List[Dict[str, Any]] = await self._await(self.center._query_future(2, pattern), timeout, "names")
+        deadline = self.center._deadline(timeout)
+        result: List[Dict[str, Any]] = await self._await(self.center._query_future(2, pattern, deadline), deadline,
+                                                         "names")
         return result
 
     async def clients(self, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
         """The daemon's connections this user may see (see :meth:`Center.clients`)."""
-        result: List[Dict[str, Any]] = await self._await(self.center._query_future(3, ""), timeout, "clients")
+        deadline = self.center._deadline(timeout)
+        result: List[Dict[str, Any]] = await self._await(self.center._query_future(3, "", deadline), deadline,
+                                                         "clients")
         return result
 
     def notifications(self, pattern: str, *, policy: Policy = Policy(), current_value: bool = False,

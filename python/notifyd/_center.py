@@ -7,12 +7,16 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
+import math
 import os
+import select
 import socket
 import sys
 import threading
+import time
+import weakref
 from typing import (
-    Any, Callable, Deque, Dict, List, Optional, Tuple, TypeVar, Union, overload,
+    Any, Callable, Deque, Dict, List, Optional, Tuple, Type, TypeVar, Union, overload,
 )
 
 from . import _wire as wire
@@ -36,6 +40,13 @@ Callback = Callable[[Notification], Any]
 Payload = Union[bytes, bytearray, memoryview, str]
 
 DEFAULT_MAX_PAYLOAD_LENGTH = 65_536
+
+# Writes never raise SIGPIPE (a program may have restored its default action); a dead peer is EPIPE.
+_SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+# How many queued frames one sendmsg() hands to the kernel.
+_MAX_IOV = 64
+# A waiter that timed out also expires frames due within this much of now (clock rounding).
+_SLACK = 0.001
 
 
 class _ReaderThread:
@@ -165,9 +176,15 @@ class Observation:
         try:
             executor.submit(self._drain)
         except RuntimeError:  # the executor was shut down
-            with self._queue_lock:
-                self._queue.clear()
-                self._draining = False
+            self._drop_queue()
+        except Exception:  # a broken executor must not end the I/O thread
+            logger.exception("notifyd: the executor of %r refused a callback", self)
+            self._drop_queue()
+
+    def _drop_queue(self) -> None:
+        with self._queue_lock:
+            self._queue.clear()
+            self._draining = False
 
     def _drain(self) -> None:
         while True:
@@ -197,6 +214,83 @@ class _Pending:
     observation: Optional[Observation] = None
     parts: List[bytes] = dataclasses.field(default_factory=list)
     what: str = ""
+    #: The reply types that answer this request (an ``ERROR`` always may); anything else is a protocol error.
+    reply: Tuple[Type[wire.Message], ...] = (wire.Ok,)
+    #: For a query: the JSON type its answer must have (``list`` for answers in parts).
+    json_type: Optional[type] = None
+
+
+class _Deadline:
+    """When a call gives up: ``limit`` seconds after it started."""
+
+    __slots__ = ("limit", "at")
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.at = time.monotonic() + max(limit, 0.0)
+
+    def remaining(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+
+_QUEUED, _WRITTEN, _FAILED = 0, 1, 2
+
+
+class _Outbound:
+    """A frame on its way to the daemon: written at once if the socket takes it, else queued for the I/O thread.
+
+    If it is not completely written by its deadline, the daemon has stopped reading: the connection is dropped.
+    """
+
+    __slots__ = ("data", "offset", "deadline", "limit", "what", "request_id", "state", "error", "overdue")
+
+    def __init__(self, data: bytes, deadline: _Deadline, what: str, request_id: Optional[int]) -> None:
+        self.data = data
+        self.offset = 0
+        self.deadline = deadline.at
+        self.limit = deadline.limit
+        self.what = what
+        self.request_id = request_id
+        self.state = _QUEUED
+        self.error: Optional[NotifydError] = None
+        self.overdue = False
+
+    def timeout_error(self) -> NotifydTimeout:
+        return NotifydTimeout(f"{self.what} did not complete within {self.limit} seconds: the daemon did not read "
+                              f"the request (it is stopped, hung or overloaded), so the connection was dropped")
+
+
+def _fail(future: "Optional[concurrent.futures.Future[Any]]", error: BaseException) -> None:
+    if future is None:
+        return
+    try:
+        future.set_exception(error)
+    except concurrent.futures.InvalidStateError:  # already completed by another thread
+        pass
+
+
+def _wake_pair() -> Tuple[socket.socket, socket.socket]:
+    """The pipe that wakes the I/O thread when frames are queued for it (both ends non-blocking)."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    return reader, writer
+
+
+#: Every center not yet garbage-collected, for the fork handler.
+_live_centers: "weakref.WeakSet[Center]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for center in list(_live_centers):
+        try:
+            center._reset_after_fork()
+        except Exception:  # pragma: no cover - defensive: never break fork()
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Center:
@@ -215,6 +309,16 @@ class Center:
 
     Callbacks run on ``executor`` (per observation or for the center): by default one background thread of the
     center, ``notifyd-callbacks``, so callbacks may call the center's blocking methods.
+
+    Every call is bounded by its ``timeout`` (default: the center's), writing included: if the daemon stops
+    reading (stopped, hung, or not a daemon at all) so that a request cannot be written within the call's
+    timeout, the call raises :class:`NotifydTimeout` and the connection is dropped and reconnected as for a dead
+    daemon (its other waiting requests raise :class:`ConnectionLost`).
+
+    After ``os.fork()`` (e.g. ``multiprocessing``'s fork start method) the child's copy of a center never touches
+    the parent's connection: it starts with no observations, not suspended, and connects on its first use with a
+    connection of its own (as ``require_daemon=False`` would: a request raises :class:`NotConnected` if no daemon
+    can be reached then). The parent's center goes on unaffected.
 
     A center is thread-safe. Close it with :meth:`close` or a ``with`` block.
     """
@@ -245,9 +349,16 @@ class Center:
         self._own_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
         self._lock = threading.RLock()
-        self._write_lock = threading.Lock()
         self._state_changed = threading.Condition(self._lock)
+        self._start_lock = threading.Lock()
+        self._needs_start = False  # set in a forked child: connect on first use
         self._sock: Optional[socket.socket] = None
+        # Frames of the current connection not yet (completely) written, in order; written under _lock only.
+        self._out: Deque[_Outbound] = collections.deque()
+        self._out_next = math.inf  # no later than the earliest deadline in _out
+        self._drop_reason: Optional[str] = None
+        self._wake_r, self._wake_w = _wake_pair()
+        self._thread: Optional[threading.Thread] = None
         self._connected = False
         self._daemon: Optional[DaemonInfo] = None
         self._last_instance: Optional[bytes] = None
@@ -266,13 +377,18 @@ class Center:
         self._own_credentials = Sender(os.getpid(), os.getuid(), os.getgid())
 
         first_error: Optional[NotifydError] = None
+        sock: Optional[socket.socket] = None
         try:
-            self._attach(self._open_socket())
+            sock = self._open_socket()
+            self._attach(sock)
         except NotifydError as error:
             if require_daemon:
+                self._close_wake_pair()
                 raise
             first_error = error
-        self._thread = threading.Thread(target=self._run, name="notifyd-io", daemon=True)
+            sock = None
+        _live_centers.add(self)
+        self._thread = threading.Thread(target=self._run, args=(sock,), name="notifyd-io", daemon=True)
         self._thread.start()
         if first_error is None and require_daemon:
             try:
@@ -312,6 +428,7 @@ class Center:
         return self._wait_connected(timeout, fail_fast=False)
 
     def _wait_connected(self, timeout: Optional[float], fail_fast: bool) -> DaemonInfo:
+        self._ensure_started()
         limit = self.timeout if timeout is None else timeout
         with self._lock:
             self._state_changed.wait_for(
@@ -334,24 +451,31 @@ class Center:
         (:class:`PermissionDenied`, :class:`QuotaExceeded`…) as they come. A ``self.`` name is delivered to this
         process's observations only (the receipt's sequence is 0, its count the number of observations).
         """
-        receipt: PostReceipt = self._wait(self._post_future(name, payload, retain, True), timeout,
+        deadline = self._deadline(timeout)
+        receipt: PostReceipt = self._wait(self._post_future(name, payload, retain, True, deadline), deadline,
                                           f"posting {name!r}")
         return receipt
 
-    def post_nowait(self, name: str, payload: Payload = b"", *, retain: bool = False) -> None:
+    def post_nowait(self, name: str, payload: Payload = b"", *, retain: bool = False,
+                    timeout: Optional[float] = None) -> None:
         """Posts without waiting for the daemon (fire and forget, like Darwin's ``notify_post``).
 
         Local checks still raise at once; a refusal by the daemon arrives later as a ``REQUEST_REJECTED``
         connection event (and in the log). :meth:`synchronize` waits until the daemon has fanned it out.
+        It returns once the frame is written to the socket; while the daemon does not read, that waits, at
+        most ``timeout`` seconds (default: the center's), then raises :class:`NotifydTimeout` and drops the
+        connection. On the I/O thread (``READER_THREAD`` callbacks) it never waits: the frame is queued.
         """
-        self._post_future(name, payload, retain, False)
+        self._post_future(name, payload, retain, False, self._deadline(timeout), wait_written=True)
 
     def synchronize(self, timeout: Optional[float] = None) -> None:
         """Returns once the daemon has processed everything sent before (``PING``/``PONG``, § 6.5).
 
         Earlier observations are active and earlier posts queued to every subscriber.
         """
-        self._wait(self._request(lambda rid: wire.Ping(rid), "synchronize"), timeout, "synchronize")
+        deadline = self._deadline(timeout)
+        self._wait(self._request(lambda rid: wire.Ping(rid), "synchronize", deadline, reply=(wire.Pong,)),
+                   deadline, "synchronize")
 
     @overload
     def get_state(self, name: str, *, timeout: Optional[float] = None) -> int: ...
@@ -365,8 +489,10 @@ class Center:
         Pass ``default=None`` to tell "never set" from a real 0.
         """
         self._check_name(name, "get the state of")
-        value = self._wait(self._request(lambda rid: wire.GetState(rid, name), "get_state"), timeout,
-                           f"reading the state of {name!r}")
+        deadline = self._deadline(timeout)
+        value = self._wait(self._request(lambda rid: wire.GetState(rid, name), "get_state", deadline,
+                                         reply=(wire.State,)),
+                           deadline, f"reading the state of {name!r}")
         return default if value is None else value
 
     def set_state(self, name: str, value: int, *, timeout: Optional[float] = None) -> None:
@@ -374,7 +500,8 @@ class Center:
         self._check_name(name, "set the state of")
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF:
             raise ValueError(f"a state value is an int from 0 to 2**64-1, not {value!r}")
-        self._wait(self._request(lambda rid: wire.SetState(rid, value, name), "set_state"), timeout,
+        deadline = self._deadline(timeout)
+        self._wait(self._request(lambda rid: wire.SetState(rid, value, name), "set_state", deadline), deadline,
                    f"setting the state of {name!r}")
 
     def observe(self, pattern: str, callback: Callback, *, policy: Policy = Policy(),
@@ -389,10 +516,12 @@ class Center:
         thread). Returns once the daemon confirmed the subscription (at once while disconnected: it becomes
         active on reconnect). Raises :class:`InvalidName` for a bad pattern, and the daemon's refusals.
         """
-        observation, future = self._start_observation(pattern, callback, policy, current_value, executor)
+        deadline = self._deadline(timeout)
+        observation, future = self._start_observation(pattern, callback, policy, current_value, executor,
+                                                      deadline=deadline)
         if future is not None:
             try:
-                self._wait(future, timeout, f"observing {pattern!r}")
+                self._wait(future, deadline, f"observing {pattern!r}")
             except NotifydTimeout:
                 observation.cancel()
                 raise
@@ -415,6 +544,8 @@ class Center:
     def _change_suspension(self, step: int, timeout: Optional[float]) -> None:
         # The depth and the decision to send change together under the lock, so that a reconnection (which
         # replays the depth under the same lock) never counts a SUSPEND twice or misses one.
+        self._ensure_started()
+        deadline = self._deadline(timeout)
         future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         with self._lock:
             if self._closed:
@@ -429,9 +560,9 @@ class Center:
             what = "suspend" if step > 0 else "resume"
             self._pending[request_id] = _Pending("reply", future, what=what)
             data = (wire.Suspend(request_id) if step > 0 else wire.Resume(request_id)).encode()
-        self._send(sock, data, request_id)
+            self._enqueue(sock, data, deadline, what, request_id)
         try:
-            self._wait(future, timeout, what)
+            self._wait(future, deadline, what)
         except (ConnectionLost, ConnectionClosedByDaemon):
             pass  # the new connection replays the depth
 
@@ -441,19 +572,22 @@ class Center:
 
     def status(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """The daemon's figures (``QUERY`` status, § 11.3) as a dict."""
-        result: Dict[str, Any] = self._wait(self._query_future(1, ""), timeout, "status")
+        deadline = self._deadline(timeout)
+        result: Dict[str, Any] = self._wait(self._query_future(1, "", deadline), deadline, "status")
         return result
 
     def names(self, pattern: str = "", timeout: Optional[float] = None) -> List[Dict[str, Any]]:
         """Names with subscribers, a state value or a retained notification, optionally matching ``pattern``."""
         if pattern:
             validate_pattern(pattern)
-        result: List[Dict[str, Any]] = self._wait(self._query_future(2, pattern), timeout, "names")
+        deadline = self._deadline(timeout)
+        result: List[Dict[str, Any]] = self._wait(self._query_future(2, pattern, deadline), deadline, "names")
         return result
 
     def clients(self, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
         """The daemon's connections this user may see (all of them for root)."""
-        result: List[Dict[str, Any]] = self._wait(self._query_future(3, ""), timeout, "clients")
+        deadline = self._deadline(timeout)
+        result: List[Dict[str, Any]] = self._wait(self._query_future(3, "", deadline), deadline, "clients")
         return result
 
     def add_event_listener(self, listener: Callable[[ConnectionEvent], Any]) -> Callable[[], None]:
@@ -477,13 +611,16 @@ class Center:
             if self._closed:
                 return
             self._closed = True
+            self._needs_start = False
             sock = self._sock
             pending = list(self._pending.values())
             self._pending.clear()
             observations = list(self._observations.values())
             self._observations.clear()
             self._routing = ()
+            self._fail_out(CenterClosed("the notification center was closed"))
             self._state_changed.notify_all()
+            thread = self._thread
         self._wake.set()
         if sock is not None:
             try:
@@ -491,15 +628,16 @@ class Center:
             except OSError:
                 pass
         for entry in pending:
-            if entry.future is not None and not entry.future.done():
-                entry.future.set_exception(CenterClosed("the notification center was closed"))
+            _fail(entry.future, CenterClosed("the notification center was closed"))
         for observation in observations:
             observation._end()
-        thread = getattr(self, "_thread", None)
-        if thread is not None and thread is not threading.current_thread():
+        if thread is None:
+            self._close_wake_pair()  # no I/O thread to do it (a forked child's center never used)
+        elif thread is not threading.current_thread():
             thread.join(self.timeout)
         if self._own_executor is not None:
             self._own_executor.shutdown(wait=False)
+        _live_centers.discard(self)
 
     def __enter__(self) -> "Center":
         return self
@@ -520,8 +658,11 @@ class Center:
             raise InvalidName(f"cannot {what} {name!r}: 'self.' names are process-local and have no state",
                               ErrorCode.INVALID_NAME)
 
-    def _post_future(self, name: str, payload: Payload, retain: bool,
-                     ack: bool) -> "concurrent.futures.Future[Any]":
+    def _deadline(self, timeout: Optional[float]) -> _Deadline:
+        return _Deadline(self.timeout if timeout is None else timeout)
+
+    def _post_future(self, name: str, payload: Payload, retain: bool, ack: bool, deadline: _Deadline, *,
+                     wait_written: bool = False) -> "concurrent.futures.Future[Any]":
         limit = self._daemon.max_name_length if self._daemon is not None else MAX_NAME_LENGTH
         validate_name(name, limit, allow_local=True)
         data = _payload_bytes(payload)
@@ -535,27 +676,42 @@ class Center:
             raise PayloadTooLarge(f"payload of {len(data)} bytes exceeds the daemon's limit of {max_payload} bytes",
                                   ErrorCode.PAYLOAD_TOO_LARGE)
         flags = (0x01 if ack else 0) | (0x02 if retain else 0)
-        return self._request(lambda rid: wire.Post(rid, flags, name, data), f"post {name!r}", expect_reply=ack)
+        return self._request(lambda rid: wire.Post(rid, flags, name, data), f"post {name!r}", deadline,
+                             expect_reply=ack, reply=(wire.Posted,), wait_written=wait_written)
 
-    def _query_future(self, kind: int, argument: str) -> "concurrent.futures.Future[Any]":
-        return self._request(lambda rid: wire.Query(rid, kind | 0x80, argument), "query", kind="query")
+    def _query_future(self, kind: int, argument: str, deadline: _Deadline) -> "concurrent.futures.Future[Any]":
+        # Status is one JSON object; names and clients are arrays, asked for in parts (§ 6.10).
+        what = {1: "the status query", 2: "the names query", 3: "the clients query"}[kind]
+        return self._request(lambda rid: wire.Query(rid, kind | 0x80, argument), what, deadline, kind="query",
+                             reply=(wire.QueryResult,), json_type=dict if kind == 1 else list)
 
-    def _request(self, make: Callable[[int], wire.Message], what: str, *, kind: str = "reply",
-                 expect_reply: bool = True) -> "concurrent.futures.Future[Any]":
+    def _request(self, make: Callable[[int], wire.Message], what: str, deadline: _Deadline, *,
+                 kind: str = "reply", expect_reply: bool = True, reply: Tuple[Type[wire.Message], ...] = (wire.Ok,),
+                 json_type: Optional[type] = None, wait_written: bool = False) -> "concurrent.futures.Future[Any]":
+        """Sends a request; its future completes with the reply. Never blocks unless ``wait_written`` (a
+        request without reply whose caller waits until it is written, at most until ``deadline``)."""
+        self._ensure_started()
         future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         with self._lock:
             if self._closed:
                 raise CenterClosed("the notification center was closed")
             sock = self._sock
             if sock is None:
-                raise NotConnected(f"not connected to notifyd at {self.socket_path} (reconnecting in the background)")
+                last = (f"; last attempt: {self._handshake_error.message}" if self._handshake_error is not None
+                        else "")
+                raise NotConnected(f"not connected to notifyd at {self.socket_path} (reconnecting in the "
+                                   f"background{last})")
             request_id = self._take_request_id()
             data = make(request_id).encode()
             if expect_reply:
-                self._pending[request_id] = _Pending(kind, future, what=what)
-            else:
-                future.set_result(None)
-        self._send(sock, data, request_id if expect_reply else None)
+                self._pending[request_id] = _Pending(kind, future, what=what, reply=reply, json_type=json_type)
+            item = self._enqueue(sock, data, deadline, what, request_id if expect_reply else None)
+        if not expect_reply:
+            if wait_written:
+                self._wait_written(item, deadline)
+            if item.state == _FAILED and item.error is not None:
+                raise item.error
+            future.set_result(None)
         return future
 
     def _take_request_id(self) -> int:
@@ -563,34 +719,163 @@ class Center:
         self._next_request_id = request_id + 1 if request_id < 0xFFFFFFFF else 1
         return request_id
 
-    def _send(self, sock: socket.socket, data: bytes, request_id: Optional[int]) -> None:
-        try:
-            with self._write_lock:
-                sock.sendall(data)
-        except OSError as error:
-            with self._lock:
-                entry = self._pending.pop(request_id, None) if request_id is not None else None
-            reason = f"writing to the daemon failed: {error.strerror or error}"
-            if entry is not None and entry.future is not None and not entry.future.done():
-                entry.future.set_exception(ConnectionLost(f"the connection to notifyd was lost: {reason}"))
-            elif request_id is None:
-                raise ConnectionLost(f"the connection to notifyd was lost: {reason}") from None
+    # ---- writing ---------------------------------------------------------------------------------------------
+    #
+    # The socket is non-blocking. A frame is written at once by the calling thread when nothing is queued before
+    # it and the socket takes it; the rest waits in _out, in order, for the I/O thread, which writes it when the
+    # socket is writable. Every frame has the deadline of its call: one not completely written by then means
+    # the daemon stopped reading, and the connection is dropped (_drop_locked). No thread ever blocks in a write.
 
-    def _wait(self, future: "concurrent.futures.Future[T]", timeout: Optional[float], what: str) -> T:
+    def _enqueue(self, sock: socket.socket, data: bytes, deadline: _Deadline, what: str,
+                 request_id: Optional[int]) -> _Outbound:
+        """Writes or queues ``data`` on ``sock`` (the current connection); the caller holds ``_lock``."""
+        item = _Outbound(data, deadline, what, request_id)
+        if not self._out:
+            try:
+                sent = sock.send(data, _SEND_FLAGS)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as error:
+                reason = f"writing to the daemon failed: {error.strerror or error}"
+                self._drop_locked(sock, reason)
+                item.state = _FAILED
+                item.error = ConnectionLost(f"the connection to notifyd was lost: {reason}")
+                return item
+            if sent == len(data):
+                item.state = _WRITTEN
+                return item
+            item.offset = sent
+        first = not self._out
+        self._out.append(item)
+        if first or item.deadline < self._out_next:
+            self._out_next = min(self._out_next, item.deadline)
+            try:
+                self._wake_w.send(b"\0")
+            except OSError:  # full (a wake-up is pending anyway) or closed
+                pass
+        return item
+
+    def _flush(self, sock: socket.socket) -> None:
+        """Writes queued frames while the socket takes them (I/O thread, when ``sock`` is writable)."""
+        with self._lock:
+            if self._sock is not sock or not self._out:
+                return
+            written = False
+            while self._out:
+                buffers: List[Union[bytes, memoryview]] = []
+                for item in self._out:
+                    buffers.append(memoryview(item.data)[item.offset:] if item.offset else item.data)
+                    if len(buffers) == _MAX_IOV:
+                        break
+                try:
+                    sent = sock.sendmsg(buffers, [], _SEND_FLAGS)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as error:
+                    self._drop_locked(sock, f"writing to the daemon failed: {error.strerror or error}")
+                    return
+                while sent and self._out:
+                    item = self._out[0]
+                    take = min(sent, len(item.data) - item.offset)
+                    item.offset += take
+                    sent -= take
+                    if item.offset < len(item.data):
+                        break
+                    item.state = _WRITTEN
+                    self._out.popleft()
+                    written = True
+                if len(buffers) < _MAX_IOV and self._out:
+                    break  # the socket took only part of what was offered: it is full
+            if not self._out:
+                self._out_next = math.inf
+            if written:
+                self._state_changed.notify_all()
+
+    def _expire_overdue(self, slack: float = 0.0) -> None:
+        """Drops the connection if a queued frame missed its deadline: the daemon is not reading."""
+        with self._lock:
+            if not self._out:
+                return
+            now = time.monotonic() + slack
+            if self._out_next > now:
+                return
+            overdue = [item for item in self._out if item.deadline <= now]
+            if not overdue:
+                self._out_next = min(item.deadline for item in self._out)
+                return
+            for item in overdue:
+                item.overdue = True
+            sock = self._sock
+            if sock is not None:
+                first = overdue[0]
+                self._drop_locked(sock, f"the daemon did not read a request ({first.what}) within {first.limit} "
+                                        f"seconds")
+
+    def _drop_locked(self, sock: socket.socket, reason: str) -> None:
+        """Treats ``sock`` as dead (caller holds ``_lock``): no more requests go to it, its queued frames fail
+        (those past their deadline, and their requests, with :class:`NotifydTimeout`), and the I/O thread sees
+        the end of the connection, then reconnects as after any lost connection."""
+        if self._sock is not sock:
+            return
+        self._sock = None
+        self._drop_reason = reason
+        for item in self._out:
+            if item.overdue:
+                item.error = item.timeout_error()
+                entry = self._pending.get(item.request_id) if item.request_id is not None else None
+                if entry is not None:
+                    _fail(entry.future, item.error)
+        self._fail_out(ConnectionLost(f"the connection to notifyd was lost: {reason}"))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _fail_out(self, error: NotifydError) -> None:
+        """Fails every queued frame (caller holds ``_lock``); frames that have an error keep it."""
+        for item in self._out:
+            item.state = _FAILED
+            if item.error is None:
+                item.error = error
+        self._out.clear()
+        self._out_next = math.inf
+        self._state_changed.notify_all()
+
+    def _wait_written(self, item: _Outbound, deadline: _Deadline) -> None:
+        """Waits until ``item`` is written or failed, at most until ``deadline``; then it has failed at the latest.
+
+        On the I/O thread it does not wait: the thread writes the frame once the callback returns."""
+        if item.state != _QUEUED or threading.current_thread() is self._thread:
+            return
+        with self._lock:
+            self._state_changed.wait_for(lambda: item.state != _QUEUED, deadline.remaining())
+        if item.state == _QUEUED:
+            self._expire_overdue(_SLACK)
+            with self._lock:
+                if item.state == _QUEUED:  # pragma: no cover - the clock says the deadline passed
+                    item.state = _FAILED
+                    item.error = item.timeout_error()
+
+    def _wait(self, future: "concurrent.futures.Future[T]", deadline: _Deadline, what: str) -> T:
         if threading.current_thread() is self._thread and not future.done():
             raise NotifydError(f"{what}: cannot wait for the daemon on the center's I/O thread (a callback run with "
                                f"executor=READER_THREAD); use post_nowait() or another executor")
-        limit = self.timeout if timeout is None else timeout
         try:
-            return future.result(limit)
-        except concurrent.futures.TimeoutError:
-            raise NotifydTimeout(f"{what} did not complete within {limit} seconds") from None
+            return future.result(deadline.remaining())
+        except concurrent.futures.TimeoutError as error:
+            if isinstance(error, NotifydError):  # set by _drop_locked (TimeoutError is one class since 3.11)
+                raise
+            self._expire_overdue(_SLACK)  # unwritten: drop the connection before reporting the timeout
+            raise NotifydTimeout(f"{what} did not complete within {deadline.limit} seconds") from None
 
     # ---- observations ----------------------------------------------------------------------------------------
 
     def _start_observation(self, pattern: str, callback: Callback, policy: Policy, current_value: bool,
-                           executor: Executor, on_end: Optional[Callable[[], None]] = None
+                           executor: Executor, on_end: Optional[Callable[[], None]] = None, *,
+                           deadline: Optional[_Deadline] = None
                            ) -> Tuple[Observation, Optional["concurrent.futures.Future[Any]"]]:
+        """Registers an observation and sends its ``SUBSCRIBE`` (never blocks); the future is the daemon's
+        answer (``None`` for a process-local pattern, or while disconnected)."""
         if not isinstance(policy, Policy):
             raise TypeError(f"policy must be a notifyd.Policy, not {type(policy).__name__}")
         if not callable(callback):
@@ -599,8 +884,10 @@ class Center:
         validate_pattern(pattern, limit, allow_local=True)
         local = is_process_local(pattern)
         future: Optional["concurrent.futures.Future[Any]"] = None
-        data = b""
-        request_id: Optional[int] = None
+        if deadline is None:
+            deadline = self._deadline(None)
+        if not local:
+            self._ensure_started()
         with self._lock:
             if self._closed:
                 raise CenterClosed("the notification center was closed")
@@ -617,11 +904,10 @@ class Center:
                 future = concurrent.futures.Future()
                 request_id = self._take_request_id()
                 self._pending[request_id] = _Pending("subscribe", future, observation, what=f"observe {pattern!r}")
-                data = self._subscribe_frame(request_id, observation)
+                self._enqueue(sock, self._subscribe_frame(request_id, observation), deadline,
+                              f"observing {pattern!r}", request_id)
             else:
                 self._routing = self._routing + (observation,)  # subscribed on reconnect
-        if request_id is not None and sock is not None:
-            self._send(sock, data, request_id)
         return observation, future
 
     @staticmethod
@@ -641,9 +927,10 @@ class Center:
             if observation.local or sock is None:
                 return
             request_id = self._take_request_id()
-            self._pending[request_id] = _Pending("background", what=f"unsubscribe {observation.pattern!r}")
-            data = wire.Unsubscribe(request_id, observation.subscription_id).encode()
-        self._send(sock, data, request_id)
+            what = f"unsubscribe {observation.pattern!r}"
+            self._pending[request_id] = _Pending("background", what=what)
+            self._enqueue(sock, wire.Unsubscribe(request_id, observation.subscription_id).encode(),
+                          self._deadline(None), what, request_id)
 
     def _deliver_locally(self, name: str, payload: bytes) -> int:
         notification = Notification(name, payload, 0, self._own_credentials)
@@ -656,7 +943,10 @@ class Center:
 
     def _open_socket(self) -> socket.socket:
         path = self.socket_path
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as error:  # out of descriptors, say: the I/O thread retries later
+            raise DaemonNotFound(path, f"cannot make a socket: {error.strerror or error}") from None
         try:
             sock.settimeout(self.timeout)
             try:
@@ -665,11 +955,14 @@ class Center:
                 raise DaemonNotFound(path, f"connecting took longer than {self.timeout} seconds") from None
             except OSError as error:
                 raise DaemonNotFound(path, error.strerror or str(error)) from None
-            _, daemon_uid, _ = peer_credentials(sock)
+            try:
+                _, daemon_uid, _ = peer_credentials(sock)
+            except OSError as error:
+                raise DaemonNotFound(path, f"cannot read the daemon's credentials: {error.strerror or error}") from None
             own_uid = os.getuid()
             if not self.daemon_user.allows(daemon_uid, own_uid) and not is_root_only_directory(path):
                 raise UntrustedDaemon(path, daemon_uid, own_uid)
-            sock.settimeout(None)
+            sock.setblocking(False)  # see "writing": nothing ever blocks on this socket
             return sock
         except BaseException:
             sock.close()
@@ -685,6 +978,7 @@ class Center:
             self._connected = False
             self._handshake_error = None
             self._closing_error = None
+            self._drop_reason = None
             self._goodbye_ms = None
             frames = [wire.Hello(wire.PROTOCOL_VERSION, 0, self.client_name).encode()]
             routing: List[Observation] = []
@@ -702,15 +996,87 @@ class Center:
                 request_id = self._take_request_id()
                 self._pending[request_id] = _Pending("background", what="suspend (after reconnecting)")
                 frames.append(wire.Suspend(request_id).encode())
-            try:
-                with self._write_lock:
-                    sock.sendall(b"".join(frames))
-            except OSError:
-                pass  # the reader sees the end of the connection
+            # A failed write drops the connection; the reader then sees its end.
+            self._enqueue(sock, b"".join(frames), self._deadline(None), "the handshake", None)
 
-    def _run(self) -> None:
+    def _ensure_started(self) -> None:
+        """In a forked child, on first use: connects with a connection of its own and starts the I/O thread."""
+        if not self._needs_start:
+            return
+        with self._start_lock:
+            if not self._needs_start or self._closed:
+                return
+            sock: Optional[socket.socket] = None
+            try:
+                sock = self._open_socket()
+                self._attach(sock)
+            except CenterClosed:
+                return
+            except NotifydError as error:
+                sock = None
+                logger.debug("notifyd: connection attempt after fork failed: %s", error)
+                with self._lock:
+                    self._handshake_error = error
+            thread = threading.Thread(target=self._run, args=(sock,), name="notifyd-io", daemon=True)
+            with self._lock:
+                self._thread = thread
+                self._needs_start = False
+            thread.start()
+
+    def _reset_after_fork(self) -> None:
+        """Runs in the child after ``fork()`` (only the forking thread exists there).
+
+        The connection, the pending requests, the observations, the suspension and the threads are the parent's:
+        the child forgets them without touching the connection (it only closes its copy of the descriptors),
+        and connects on first use (:meth:`_ensure_started`). Locks may have been held by threads that do not
+        exist here, so they are new.
+        """
+        self._lock = threading.RLock()
+        self._state_changed = threading.Condition(self._lock)
+        self._start_lock = threading.Lock()
+        self._wake = threading.Event()
+        for inherited in (self._sock, self._wake_r, self._wake_w):
+            if inherited is not None:
+                try:
+                    inherited.close()  # this process's descriptor only; never shutdown(): that would end the parent's
+                except OSError:
+                    pass
+        if not self._closed:
+            self._wake_r, self._wake_w = _wake_pair()
+        self._sock = None
+        self._out = collections.deque()
+        self._out_next = math.inf
+        self._drop_reason = None
+        self._pending = {}
+        self._connected = False
+        self._handshake_error = None
+        self._closing_error = None
+        self._goodbye_ms = None
+        for observation in self._observations.values():
+            # Ended silently: its end hook and callbacks belong to the parent (e.g. its event loop).
+            observation._cancelled = True
+            observation._ended = True
+        self._observations = {}
+        self._routing = ()
+        self._suspend_depth = 0
+        self._own_executor = None  # its thread is the parent's
+        self._own_credentials = Sender(os.getpid(), os.getuid(), os.getgid())
+        self._thread = None
+        self._needs_start = not self._closed
+
+    def _close_wake_pair(self) -> None:
+        with self._lock:
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _run(self, sock: Optional[socket.socket]) -> None:
+        try:
+            self._reconnect_loop(sock)
+        finally:
+            self._close_wake_pair()
+
+    def _reconnect_loop(self, sock: Optional[socket.socket]) -> None:
         delay = self._initial_delay
-        sock = self._sock
         while not self._closed:
             if sock is None:
                 try:
@@ -743,18 +1109,55 @@ class Center:
                 delay = min(delay * 2, self._max_delay)
 
     def _read(self, sock: socket.socket) -> Tuple[bool, str]:
+        """Reads and handles frames, and writes the queued ones, until the connection ends; returns whether it
+        was welcomed, and why it ended."""
         decoder = wire.FrameDecoder(from_daemon=True, max_frame_length=wire.MINIMUM_MAX_FRAME_LENGTH)
         welcomed = False
+        fd = sock.fileno()
+        wake = self._wake_r
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(wake.fileno(), select.POLLIN)
+        writing = False
         while True:
+            with self._lock:
+                want_write = bool(self._out) and self._sock is sock
+                due = self._out_next if want_write else math.inf
+            if want_write != writing:
+                poller.modify(fd, (select.POLLIN | select.POLLOUT) if want_write else select.POLLIN)
+                writing = want_write
+            wait_ms = None if due == math.inf else max(0, math.ceil((due - time.monotonic()) * 1000))
+            readable = False
+            for ready_fd, mask in poller.poll(wait_ms):
+                if ready_fd != fd:
+                    try:
+                        while wake.recv(4096):
+                            pass
+                    except OSError:
+                        pass
+                    continue
+                if mask & select.POLLOUT:
+                    self._flush(sock)
+                if mask & (select.POLLIN | select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    readable = True
+            if writing:
+                self._expire_overdue()
+            if not readable:
+                continue
             try:
                 data = sock.recv(1 << 18)
+            except (BlockingIOError, InterruptedError):
+                continue
             except OSError as error:
                 return welcomed, f"reading from the daemon failed: {error.strerror or error}"
             try:
                 if not data:
-                    decoder.end_of_stream()
+                    # Ended here (closed, or dropped): a frame cut short is no protocol error of the daemon.
                     if self._closed:
                         return welcomed, "the center was closed"
+                    if self._drop_reason is not None:
+                        return welcomed, self._drop_reason
+                    decoder.end_of_stream()
                     if self._goodbye_ms is not None:
                         return welcomed, "the daemon is shutting down"
                     if self._closing_error is not None:
@@ -765,19 +1168,26 @@ class Center:
                         welcomed = True
                         decoder.max_frame_length = max(message.max_frame_length, wire.MINIMUM_MAX_FRAME_LENGTH)
                     self._handle(message)
-            except ProtocolError as error:
-                logger.warning("notifyd: protocol error from the daemon: %s", error)
-                self._closing_error = error
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                return welcomed, f"protocol error: {error.message}"
+            except Exception as caught:
+                # Whatever the daemon sent, the I/O thread goes on: the connection is closed and reconnected.
+                if isinstance(caught, ProtocolError):
+                    protocol_error = caught
+                else:
+                    logger.debug("notifyd: handling a frame from the daemon failed", exc_info=True)
+                    protocol_error = ProtocolError(f"unusable frame from the daemon: {type(caught).__name__}: "
+                                                   f"{caught}", ErrorCode.MALFORMED_FRAME)
+                logger.warning("notifyd: protocol error from the daemon: %s", protocol_error)
+                with self._lock:
+                    self._closing_error = protocol_error
+                    self._drop_locked(sock, f"protocol error: {protocol_error.message}")
+                return welcomed, f"protocol error: {protocol_error.message}"
 
     def _connection_ended(self, sock: socket.socket, reason: str) -> None:
         with self._lock:
             if self._sock is sock:
                 self._sock = None
+                self._fail_out(CenterClosed("the notification center was closed") if self._closed
+                               else ConnectionLost(f"the connection to notifyd was lost: {reason}"))
             was_connected = self._connected
             self._connected = False
             pending = list(self._pending.values())
@@ -799,8 +1209,7 @@ class Center:
         except OSError:
             pass
         for entry in pending:
-            if entry.future is not None and not entry.future.done():
-                entry.future.set_exception(error)
+            _fail(entry.future, error)
         if was_connected and not self._closed:
             logger.info("notifyd: disconnected: %s", reason)
             self._emit(ConnectionEvent(EventKind.DISCONNECTED, reason=reason, graceful=graceful))
@@ -835,6 +1244,8 @@ class Center:
         if isinstance(message, wire.Retained):
             with self._lock:
                 entry = self._pending.get(message.request_id)
+            if entry is not None and entry.kind not in ("subscribe", "resubscribe"):
+                raise self._wrong_answer(message, entry)
             if entry is not None and entry.observation is not None and not entry.observation.cancelled:
                 entry.observation._deliver(Notification(
                     message.name, message.payload, message.sequence,
@@ -864,39 +1275,73 @@ class Center:
         if isinstance(message, wire.QueryResultPart):
             with self._lock:
                 entry = self._pending.get(message.request_id)
-                if entry is not None:
+                if entry is not None and entry.kind == "query" and entry.json_type is list:
                     entry.parts.append(message.json)
+                    return
+            if entry is not None:
+                raise self._wrong_answer(message, entry)
             return
-        request_id: int = getattr(message, "request_id")
+        if not isinstance(message, (wire.Ok, wire.Posted, wire.Pong, wire.State, wire.QueryResult)):
+            raise ProtocolError(f"unexpected {type(message).__name__} frame from the daemon", ErrorCode.MALFORMED_FRAME)
+        # A reply. It is checked before its request is taken off _pending, so that a bad one fails that request
+        # too (with the protocol error, when the connection ends), and an unconfirmed observation is undone.
+        request_id = message.request_id
         with self._lock:
-            entry = self._pending.pop(request_id, None)
-            if entry is not None and entry.observation is not None and isinstance(message, wire.Ok):
+            entry = self._pending.get(request_id)
+        if entry is None:
+            return  # a request given up on (close()), or an id we never sent: nothing waits for it
+        if not isinstance(message, entry.reply):
+            raise self._wrong_answer(message, entry)
+        result = self._reply_value(message, entry)
+        with self._lock:
+            if self._pending.get(request_id) is not entry:
+                return
+            del self._pending[request_id]
+            if entry.observation is not None:
                 observation = entry.observation
                 if not observation.active:
                     observation.active = True
                     if (not observation.cancelled and observation not in self._routing
                             and self._observations.get(observation.subscription_id) is observation):
                         self._routing = self._routing + (observation,)
-        if entry is None or entry.future is None:
-            return
-        result: Any = None
-        try:
-            if isinstance(message, wire.Posted):
-                result = PostReceipt(message.sequence, message.delivered_count)
-            elif isinstance(message, wire.State):
-                result = message.value if message.has_value else None
-            elif isinstance(message, wire.QueryResult):
-                if entry.parts:
-                    items: List[Any] = []
-                    for part in entry.parts + [message.json]:
-                        items.extend(json.loads(part))
-                    result = items
-                else:
-                    result = json.loads(message.json)
-        except ValueError as error:
-            entry.future.set_exception(NotifydError(f"the daemon's query answer is not JSON: {error}"))
-            return
-        entry.future.set_result(result)
+        if entry.future is not None:
+            try:
+                entry.future.set_result(result)
+            except concurrent.futures.InvalidStateError:  # pragma: no cover - completed by close()
+                pass
+
+    @staticmethod
+    def _wrong_answer(message: wire.Message, entry: _Pending) -> ProtocolError:
+        return ProtocolError(f"the daemon answered {entry.what} with {type(message).__name__}",
+                             ErrorCode.MALFORMED_FRAME)
+
+    @staticmethod
+    def _reply_value(message: wire.Message, entry: _Pending) -> Any:
+        """The result of the request ``entry`` answered by ``message``; :class:`ProtocolError` if it is unusable."""
+        if isinstance(message, wire.Posted):
+            return PostReceipt(message.sequence, message.delivered_count)
+        if isinstance(message, wire.State):
+            return message.value if message.has_value else None
+        if not isinstance(message, wire.QueryResult):
+            return None
+        expected = entry.json_type
+        documents: List[Any] = []
+        for part in entry.parts + [message.json]:
+            try:
+                document = json.loads(part)
+            except (ValueError, RecursionError) as error:  # not UTF-8 or not JSON; nested beyond reason
+                raise ProtocolError(f"the daemon's answer to {entry.what} is not JSON: {error}",
+                                    ErrorCode.MALFORMED_FRAME) from None
+            if expected is not None and not isinstance(document, expected):
+                raise ProtocolError(f"the daemon's answer to {entry.what} is a JSON {type(document).__name__}, not "
+                                    f"{'an object' if expected is dict else 'an array'}", ErrorCode.MALFORMED_FRAME)
+            documents.append(document)
+        if len(documents) == 1:
+            return documents[0]
+        items: List[Any] = []
+        for document in documents:
+            items.extend(document)
+        return items
 
     def _handle_error(self, message: wire.ErrorFrame) -> None:
         error = error_for_code(message.code, message.message, message.closes_connection)

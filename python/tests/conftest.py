@@ -162,6 +162,110 @@ class Daemon:
         return notifyd.Center(self.socket, **kwargs)
 
 
+def call_bounded(call: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> Any:
+    """Runs ``call`` on a thread and returns what it returned or raised (an exception is returned, not raised);
+    fails the test naming ``what`` if it is still running after ``timeout`` seconds (it blocks for good)."""
+    outcome: List[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as error:  # handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, name=f"bounded {what}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        pytest.fail(f"{what} still blocked after {timeout} s")
+    return outcome[0]
+
+
+class FakeDaemon:
+    """A listener that speaks just enough of the protocol to play a broken daemon.
+
+    It sends ``WELCOME`` on every connection it accepts (with the limits given), then either never reads
+    (``reads=False``: a stopped or hung daemon, or an impostor), or decodes each request and sends back the frames
+    ``answer(request)`` returns (by default a ``PONG`` for a ``PING``, nothing for anything else).
+    """
+
+    def __init__(self, path: pathlib.Path, *, reads: bool = True,
+                 answer: Optional[Callable[[Any], List[Any]]] = None,
+                 max_payload_length: int = 65_536, max_frame_length: int = 66_560) -> None:
+        from notifyd import _wire as wire
+        self.path = str(path)
+        self.reads = reads
+        self.answer = answer if answer is not None else self.pong
+        self.welcome = wire.Welcome(wire.PROTOCOL_VERSION, os.getpid(), os.urandom(16), 255, max_payload_length,
+                                    max_frame_length, 1000, "fake notifyd").encode()
+        self.max_frame_length = max_frame_length
+        self.connections: List[socket.socket] = []
+        self._cond = threading.Condition()
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(8)
+        threading.Thread(target=self._accept, name="fake notifyd", daemon=True).start()
+
+    @staticmethod
+    def pong(request: Any) -> List[Any]:
+        from notifyd import _wire as wire
+        return [wire.Pong(request.request_id)] if isinstance(request, wire.Ping) else []
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            try:
+                conn.sendall(self.welcome)
+            except OSError:
+                conn.close()
+                continue
+            with self._cond:
+                self.connections.append(conn)
+                self._cond.notify_all()
+            if self.reads:
+                threading.Thread(target=self._serve, args=(conn,), name="fake notifyd connection",
+                                 daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        from notifyd import _wire as wire
+        decoder = wire.FrameDecoder(from_daemon=False, max_frame_length=self.max_frame_length)
+        try:
+            while True:
+                data = conn.recv(1 << 16)
+                if not data:
+                    return
+                for request in decoder.feed(data):
+                    for reply in self.answer(request):
+                        conn.sendall(reply.encode())
+        except (OSError, notifyd.ProtocolError):
+            return
+
+    def wait_for_connections(self, count: int, timeout: float = TIMEOUT) -> None:
+        """Waits until ``count`` connections in all were accepted (a reconnection makes one more)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.connections) >= count, timeout):
+                pytest.fail(f"timed out after {timeout} s: {len(self.connections)} of {count} connections to the "
+                            f"fake daemon")
+
+    def close(self) -> None:
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        except OSError:
+            pass
+        self.server.close()
+        with self._cond:
+            connections = list(self.connections)
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
 @pytest.fixture
 def daemon(tmp_path: pathlib.Path) -> Iterator[Daemon]:
     d = Daemon(tmp_path).start()

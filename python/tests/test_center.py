@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -83,6 +85,69 @@ def test_two_python_processes(daemon: Daemon) -> None:
         (n,) = got.wait_for(1)
         assert n.text == "from child" and n.sender.pid != os.getpid()
         assert center.get_state("org.example.proc") == 77
+
+
+def _in_forked_child(center: notifyd.Center, inherited: notifyd.Observation) -> Dict[str, Any]:
+    """What a forked child sees of the center it inherited (runs in the child)."""
+    report: Dict[str, Any] = {"pid": os.getpid()}
+    try:
+        report["inherited_observation_cancelled"] = inherited.cancelled
+        report["state"] = center.get_state("fork.parent", timeout=TIMEOUT)  # the parent's reads this reply if shared
+        own = threading.Event()
+        center.observe("fork.child.own", lambda n: own.set())
+        center.post("fork.child.own", "to itself")
+        report["own_observation_called"] = own.wait(TIMEOUT)
+        center.set_state("fork.child", 8)
+        report["client_pids"] = [c["pid"] for c in center.clients()]
+        center.post("fork.from_child", "hi")
+        center.close()
+    except BaseException as error:  # reported to the parent
+        report["error"] = repr(error)
+    return report
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_connects_on_its_own(daemon: Daemon) -> None:
+    # As multiprocessing's fork start method does: the child uses the center it inherited, which must not
+    # touch the parent's connection (replies read by the wrong process, request ids mixed up).
+    with daemon.center() as center:
+        events = Events()
+        center.add_event_listener(events)
+        got = Collector()
+        inherited = center.observe("fork.>", got)
+        center.set_state("fork.parent", 7)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            try:
+                os.close(read_end)
+                os.write(write_end, json.dumps(_in_forked_child(center, inherited)).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        data = b""
+        with os.fdopen(read_end, "rb") as reader:
+            while True:
+                if not select.select([reader], [], [], 3 * TIMEOUT)[0]:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    pytest.fail(f"the forked child did not report within {3 * TIMEOUT} s")
+                chunk = reader.read1(65536)
+                if not chunk:
+                    break
+                data += chunk
+        assert os.waitpid(pid, 0)[1] == 0
+        report = json.loads(data)
+        assert "error" not in report, report
+        assert report["inherited_observation_cancelled"] and report["own_observation_called"], report
+        assert report["state"] == 7 and report["pid"] in report["client_pids"], report
+        # The parent's center goes on as before, on its own connection.
+        got.wait_for_name("fork.from_child")
+        assert center.get_state("fork.child") == 8 and center.get_state("fork.parent") == 7
+        assert center.post("fork.parent.after").delivered_count == 1
+        assert not inherited.cancelled and center.connected
+        # (The first connection's CONNECTED may still reach a listener added right after Center() returned.)
+        assert [e for e in events.items if e.kind != notifyd.EventKind.CONNECTED] == []
 
 
 def test_patterns_route_each_notification_to_matching_observers(daemon: Daemon) -> None:

@@ -8,11 +8,13 @@ import os
 import pathlib
 import socket
 import threading
+from typing import Any, Callable, List
 
 import pytest
 
 import notifyd
-from conftest import TIMEOUT, Collector, Daemon, Events
+from conftest import TIMEOUT, Collector, Daemon, Events, FakeDaemon, call_bounded
+from notifyd import _wire as wire
 
 
 def test_no_daemon_raises_daemon_not_found(tmp_path: pathlib.Path) -> None:
@@ -65,6 +67,99 @@ def test_a_listener_speaking_garbage_is_a_protocol_failure(tmp_path: pathlib.Pat
     finally:
         thread.join(TIMEOUT)
         server.close()
+
+
+# A frame no Unix socket buffer holds (they are about 200 KiB by default, 4 MiB at most here), so writing it
+# blocks until the daemon reads. The fake daemons below announce limits that allow it.
+BIG = 16 << 20
+
+
+def test_sends_to_a_daemon_that_stops_reading_time_out_and_drop_the_connection(tmp_path: pathlib.Path) -> None:
+    fake = FakeDaemon(tmp_path / "stalled.sock", reads=False, max_payload_length=BIG, max_frame_length=BIG + 1024)
+    center = notifyd.Center(fake.path, timeout=1.0, max_delay=0.1)  # the default of post_nowait: 1 s
+    try:
+        events = Events()
+        center.add_event_listener(events)
+        big = b"x" * BIG
+        # post(): bounded by its own timeout, though the frame can never be written.
+        outcome = call_bounded(lambda: center.post("stall.big", big, timeout=0.5), "post(timeout=0.5)")
+        assert isinstance(outcome, notifyd.NotifydTimeout), outcome
+        lost = events.wait_for(notifyd.EventKind.DISCONNECTED)
+        assert "did not read" in lost.reason and not lost.graceful
+        fake.wait_for_connections(2)  # dropped as dead, and reconnected
+        center.wait_until_connected(TIMEOUT)
+        # post_nowait(): bounded by the center's timeout; then the same.
+        after = len(events.items)
+        outcome = call_bounded(lambda: center.post_nowait("stall.big", big), "post_nowait()")
+        assert isinstance(outcome, notifyd.NotifydTimeout), outcome
+        events.wait_for(notifyd.EventKind.DISCONNECTED, after=after)
+        fake.wait_for_connections(3)
+        assert center.wait_until_connected(TIMEOUT).server_name == "fake notifyd"
+    finally:
+        center.close()
+        fake.close()
+
+
+def test_asyncio_sends_never_block_the_loop(tmp_path: pathlib.Path) -> None:
+    fake = FakeDaemon(tmp_path / "stalled.sock", reads=False, max_payload_length=BIG, max_frame_length=BIG + 1024)
+    events = Events()
+
+    async def main() -> None:
+        center = await notifyd.AsyncCenter.connect(fake.path, timeout=1.0, max_delay=0.1)
+        center.add_event_listener(events)
+        try:
+            center.post_nowait("stall.big", b"x" * BIG)  # queued for the I/O thread: returns at once
+            with pytest.raises(notifyd.NotifydTimeout):
+                await center.post("stall.small", "queued behind it", timeout=0.5)
+            loop = asyncio.get_running_loop()
+            lost = await loop.run_in_executor(None, events.wait_for, notifyd.EventKind.DISCONNECTED)
+            assert "did not read" in lost.reason
+            await loop.run_in_executor(None, fake.wait_for_connections, 2)  # reconnected
+        finally:
+            await center.close()
+
+    try:
+        outcome = call_bounded(lambda: asyncio.run(main()), "the event loop")
+        assert outcome is None, outcome
+    finally:
+        fake.close()
+
+
+def _malformed_answers(case: str) -> Callable[[Any], List[Any]]:
+    def answer(request: Any) -> List[Any]:
+        if isinstance(request, wire.Query) and case == "a part that is not an array":
+            return [wire.QueryResultPart(request.request_id, b"7"), wire.QueryResult(request.request_id, b"[]")]
+        if isinstance(request, wire.Query) and case == "an answer that is not JSON":
+            return [wire.QueryResult(request.request_id, b"[{")]
+        if isinstance(request, wire.Query) and case == "a names answer that is an object":
+            return [wire.QueryResult(request.request_id, b"{}")]
+        if isinstance(request, wire.GetState) and case == "a reply of the wrong type":
+            return [wire.Posted(request.request_id, 1, 1)]
+        return FakeDaemon.pong(request)
+    return answer
+
+
+@pytest.mark.parametrize("case", ["a part that is not an array", "an answer that is not JSON",
+                                  "a names answer that is an object", "a reply of the wrong type"])
+def test_malformed_answers_are_protocol_errors_that_reconnect(tmp_path: pathlib.Path, case: str) -> None:
+    fake = FakeDaemon(tmp_path / "impostor.sock", answer=_malformed_answers(case))
+    center = notifyd.Center(fake.path, timeout=TIMEOUT, max_delay=0.1)
+    try:
+        events = Events()
+        center.add_event_listener(events)
+        request = center.get_state if case == "a reply of the wrong type" else center.names
+        outcome = call_bounded(lambda: request("some.name"), f"the request answered with {case}")
+        assert isinstance(outcome, notifyd.ProtocolError), outcome
+        lost = events.wait_for(notifyd.EventKind.DISCONNECTED)
+        assert "protocol error" in lost.reason
+        # The I/O thread lives on: it reconnects, and the new connection works.
+        fake.wait_for_connections(2)
+        center.wait_until_connected(TIMEOUT)
+        center.synchronize()
+        assert center.connected
+    finally:
+        center.close()
+        fake.close()
 
 
 def test_untrusted_daemon_is_refused(shared_dir: pathlib.Path) -> None:
