@@ -132,13 +132,17 @@ package final class NotifyServer: Service, Sendable {
         if let incoming { await adopt(incoming, broker: broker, on: eventLoop) }
         let (channel, descriptor, boundPath) = try await bind(broker: broker)
         let createdPath = boundPath ?? (incoming?.ownsSocketFile == true ? configuration.listenAddress.path : nil)
+        // The file this daemon serves, removed at the end only if it is still that one.
+        let createdFile = createdPath.flatMap(SocketFile.identity(at:))
         let replaceListener = startReplaceListener(socketPath: createdPath)
         let metricsChannels = try await startMetricsEndpoints(broker: broker)
+        let metricsFile: (path: String, identity: SocketFile.Identity?)? =
+            if case .path(let path) = configuration.metricsAddress { (path, SocketFile.identity(at: path)) } else { nil }
         // After a hand-over the successor has bound its own metrics socket at the same path: it stays.
         var handedOver = false
         defer {
             for metrics in metricsChannels { metrics.close(promise: nil) }
-            if !handedOver, case .path(let path) = configuration.metricsAddress { _ = unlink(path) }
+            if !handedOver, let metricsFile { SocketFile.remove(metricsFile.path, ifStill: metricsFile.identity) }
         }
         // Store the listener before anyone hears that it listens, so a shutdown() from then on reaches it; a
         // shutdown() that came earlier is remembered and honoured here.
@@ -188,14 +192,14 @@ package final class NotifyServer: Service, Sendable {
                 logger.error("hand-over failed; connections are closed", metadata: ["error": "\(error)"])
                 handover.closeAll()
                 replaceListener?.stop()
-                if let createdPath { _ = unlink(createdPath) }
+                if let createdPath { SocketFile.remove(createdPath, ifStill: createdFile) }
                 return
             }
         }
         if let listenerCopy, listenerCopy >= 0 { close(listenerCopy) }
         replaceListener?.stop()
         await closeClients(broker: broker, on: eventLoop)
-        if let createdPath { _ = unlink(createdPath) }
+        if let createdPath { SocketFile.remove(createdPath, ifStill: createdFile) }
         logger.info("notifyd stopped")
     }
 

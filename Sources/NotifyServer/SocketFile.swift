@@ -6,6 +6,26 @@ import Musl
 
 /// Prepares the filesystem for a listening Unix socket.
 enum SocketFile {
+    /// Which file is at a path: its device and inode.
+    struct Identity: Equatable, Sendable {
+        var device: UInt64
+        var inode: UInt64
+    }
+
+    /// The identity of the file at `path` now (`nil`: nothing there).
+    static func identity(at path: String) -> Identity? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return Identity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
+    /// Removes the socket at `path` if it is still the one this daemon made (`identity`): a daemon started later
+    /// at the same path (after the directory was wiped at logout, say) keeps its own.
+    static func remove(_ path: String, ifStill identity: Identity?) {
+        guard let identity, Self.identity(at: path) == identity else { return }
+        _ = unlink(path)
+    }
+
     /// Creates the socket's directory if needed and removes a stale socket file left by a daemon that died,
     /// but refuses to touch a socket a live daemon still accepts connections on, or a file that is not a socket.
     ///

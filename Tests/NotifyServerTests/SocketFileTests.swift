@@ -100,6 +100,20 @@ struct SocketFileTests {
         #expect(FileManager.default.contents(atPath: path) == Data("precious".utf8))
     }
 
+    @Test("A daemon whose socket file was replaced (the directory wiped, a new daemon started) leaves the new one's files when it stops")
+    func stoppingLeavesAnotherDaemonsSocket() async throws {
+        let first = try await TestServer.start()
+        // logind empties XDG_RUNTIME_DIR at logout; the first daemon survives, the user's next login starts another.
+        #expect(unlink(first.socketPath) == 0 && unlink(first.socketPath + ".replace") == 0, "errno \(errno)")
+        let second = try await TestServer.start(in: first.directory)
+        first.server.shutdown()
+        try await first.waitUntilFinished()
+        #expect(fileType(at: second.socketPath) == S_IFSOCK, "the first daemon removed the second's socket")
+        #expect(fileType(at: second.socketPath + ".replace") == S_IFSOCK, "the first daemon removed the second's control socket")
+        _ = try await second.connect("after")
+        try await second.stop()
+    }
+
     @Test("A second server on the path of a running one throws alreadyRunning and leaves the first one working")
     func secondServerOnSamePath() async throws {
         let first = try await TestServer.start()

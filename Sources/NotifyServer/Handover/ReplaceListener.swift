@@ -15,13 +15,17 @@ final class ReplaceListener: Sendable {
     private let logger: Logger
     /// Set once a request was accepted: later ones are refused.
     private let isReplacing = NIOLockedValueBox(false)
+    /// The control socket's file, removed at the end only if it is still this one.
+    private let file: SocketFile.Identity?
 
     /// Binds the control socket for the daemon at `socketPath` (removing one a previous daemon left behind).
     init(socketPath: String, logger: Logger) throws(ReplaceChannel.Failure) {
-        path = ReplaceChannel.controlPath(for: socketPath)
+        let path = ReplaceChannel.controlPath(for: socketPath)
+        self.path = path
         self.logger = logger
-        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { throw .system("socket") }
+        self.descriptor = descriptor
         unlink(path)
         // chmod after bind, not umask around it: the umask is the whole process's, and a test process creates
         // files on other threads meanwhile. Whoever connects in between is refused by its uid anyway.
@@ -31,6 +35,7 @@ final class ReplaceListener: Sendable {
             close(descriptor)
             throw failure
         }
+        file = SocketFile.identity(at: path)
     }
 
     /// Serves requests until ``stop()``; `replace` stops the server and delivers its state to the connection, or
@@ -109,7 +114,7 @@ final class ReplaceListener: Sendable {
     func stop(keepFile: Bool = false) {
         shutdown(descriptor, Int32(SHUT_RDWR))
         close(descriptor)
-        if !keepFile { unlink(path) }
+        if !keepFile { SocketFile.remove(path, ifStill: file) }
     }
 }
 
