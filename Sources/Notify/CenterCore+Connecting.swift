@@ -22,6 +22,8 @@ extension CenterCore {
                 ChannelOptions.recvAllocator,
                 value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16_384, maximum: 1 << 20)
             )
+            // Past 4 MiB unwritten the channel is not written to: the rest waits in the outbound buffer, bounded.
+            .channelOption(ChannelOptions.writeBufferWaterMark, value: .init(low: 1 << 20, high: 4 << 20))
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(DaemonChannelHandler(core: self))

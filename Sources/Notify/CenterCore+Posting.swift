@@ -35,6 +35,7 @@ extension CenterCore {
             guard state.connection.postingLimits != nil else {
                 return holdLocked(name, ByteBuffer(bytes: payload), retain: retain, origin: origin, &state)
             }
+            if let refusal = state.outgoingRefusal(limit: configuration.outgoingLimit) { return .failure(refusal) }
             if let origin {
                 return .success(
                     state.outbound.appendUnacknowledgedPost(
@@ -110,8 +111,14 @@ extension CenterCore {
             // Allocated before taking the lock, which posters wait on.
             var bytes = allocator.buffer(capacity: capacity)
             let channel = state.withLockedValue { state -> Channel? in
-                let channel = state.channel
-                return state.outbound.take(swappingIn: &bytes, canWrite: channel != nil) ? channel : nil
+                // A channel whose socket does not take more (the daemon is not reading) is not written to: the
+                // bytes wait here, bounded (`outgoingLimit`), until it is writable again (`writabilityChanged`).
+                guard let channel = state.channel else {
+                    _ = state.outbound.take(swappingIn: &bytes, canWrite: false)
+                    return nil
+                }
+                guard channel.isWritable else { return nil }
+                return state.outbound.take(swappingIn: &bytes, canWrite: true) ? channel : nil
             }
             guard let channel else { return }
             capacity = min(max(bytes.readableBytes, 256), 65_536)

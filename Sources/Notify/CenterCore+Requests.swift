@@ -22,6 +22,7 @@ extension CenterCore {
                     if waiting.isCancelled, !isSuspension { return .failure(CancellationError()) }
                     guard state.channel != nil else { return .failure(notConnectedError(state)) }
                     do throws(NotifyError) { try check(state.limits) } catch { return .failure(error) }
+                    if let refusal = state.outgoingRefusal(limit: configuration.outgoingLimit) { return .failure(refusal) }
                     let id = state.pending.add(isSuspension ? .suspension(continuation) : .caller(continuation, expecting: expected))
                     waiting.id = id
                     let schedule = state.outbound.append(frame(id))

@@ -74,6 +74,11 @@ final class CenterCore: Sendable {
         var channel: Channel? { connection.connection?.channel }
         var limits: ServerLimits { connection.postingLimits ?? .default }
 
+        /// Why nothing more may be queued for the daemon: it has not read `limit` bytes already queued.
+        func outgoingRefusal(limit: Int) -> NotifyError? {
+            outbound.bytes.readableBytes >= limit ? .daemonNotReading(queuedBytes: outbound.bytes.readableBytes) : nil
+        }
+
         /// The one way a request reaches the daemon: registers what waits for its answer under a fresh request
         /// id and appends the frame carrying that id. Returns `true` when the caller must schedule a flush.
         mutating func sendRequest(_ request: PendingRequests.Request, frame: (UInt32) -> ClientFrame) -> Bool {

@@ -78,6 +78,12 @@ final class DaemonChannelHandler: ChannelDuplexHandler {
         context.fireChannelReadComplete()
     }
 
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        // What waited while the daemon did not read goes out now.
+        if context.channel.isWritable { core.flushOutgoing() }
+        context.fireChannelWritabilityChanged()
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
         // Before the disconnect is reported: observers get every notification that was read ahead of the
         // `disconnected` event and of the failures of pending requests.

@@ -38,6 +38,10 @@ extension NotifyCenter {
         /// to requests; it ends when what waits has fallen to half the limit. `.immediate` handlers run as
         /// notifications are read and are never charged.
         public var pendingDeliveryLimit = 8 << 20
+        /// How many bytes of posts and requests may wait for a daemon that does not read them (stopped, hung) before
+        /// `post` and requests throw ``NotifyError/daemonNotReading(queuedBytes:)`` instead of queueing more.
+        /// Default: 16 MiB. A poster is never slowed: it is told.
+        public var outgoingLimit = 16 << 20
 
         /// Creates a configuration; every parameter has the default described on its property.
         public init(

@@ -30,6 +30,9 @@ public enum NotifyError: Error, Sendable, CustomStringConvertible {
     case messageNameConflict(name: String, type: String)
     /// A typed message could not be encoded.
     case encodingFailed(type: String, reason: String)
+    /// The daemon has not read what this center sent (it is stopped, hung, or far slower than this poster), and
+    /// `queuedBytes` already wait (``NotifyCenter/Configuration/outgoingLimit``): the post or request was not sent.
+    case daemonNotReading(queuedBytes: Int)
 
     /// A sentence for people: what went wrong and, where it helps, what to do about it.
     public var description: String {
@@ -59,6 +62,9 @@ public enum NotifyError: Error, Sendable, CustomStringConvertible {
             return "\(type) cannot use the name '\(name)': another message type in this process already does"
         case .encodingFailed(let type, let reason):
             return "cannot encode \(type): \(reason)"
+        case .daemonNotReading(let queuedBytes):
+            return "notifyd is not reading what this process sends (stopped or hung?): \(queuedBytes) bytes already "
+                + "wait to be written, so this was not sent"
         }
     }
 }

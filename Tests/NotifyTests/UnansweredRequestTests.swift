@@ -17,6 +17,8 @@ struct UnansweredRequestTests {
         case never
         /// `OK` whatever the request (a `PING` expects `PONG`).
         case okToEverything
+        /// Welcomes, then reads nothing more (a daemon stopped with SIGSTOP, as seen from its socket).
+        case stopReading
     }
 
     /// Welcomes every connection and answers requests as `answer` says; records each connection's frames.
@@ -45,6 +47,9 @@ struct UnansweredRequestTests {
                     ServerFrame.welcome(
                         .init(daemonPID: 1, instanceID: InstanceID(high: 1, low: 1), limits: .default, serverName: "fake"))
                         .encode(into: &out)
+                    if case .stopReading = answer {
+                        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+                    }
                 case .ping(let requestID):
                     frames.append("\(connection) PING")
                     if case .okToEverything = answer { ServerFrame.ok(requestID: requestID).encode(into: &out) }
@@ -163,6 +168,36 @@ struct UnansweredRequestTests {
         _ = try await daemon.frames.wait(for: 4, "the second connection's HELLO and PING")
         #expect(daemon.frames.values.filter { $0.hasPrefix("2 ") } == ["2 HELLO", "2 PING"], "\(daemon.frames.values)")
         barrier.cancel()
+        await center.close()
+        try await daemon.stop()
+    }
+
+    @Test("posting to a daemon that stops reading: past outgoingLimit post() throws daemonNotReading, memory stays bounded")
+    func postsToADaemonThatStopsReading() async throws {
+        let daemon = try await FakeServer(answer: .stopReading)
+        var configuration = NotifyCenter.Configuration(socketPath: daemon.path, clientName: "t")
+        configuration.outgoingLimit = 4 << 20
+        let center = try await NotifyCenter.connect(configuration: configuration)
+        let payload = [UInt8](repeating: 7, count: 1_024)
+        var sent = 0
+        var refusal: NotifyError?
+        // 200 MiB of posts at most; the limit (4 MiB), the channel's 4 MiB and the socket's buffers come far sooner.
+        while sent < 200_000, refusal == nil {
+            do {
+                try center.post("org.example.flood", payload: payload)
+                sent += 1
+            } catch {
+                refusal = (error as? NotifyError) ?? .closed
+            }
+        }
+        guard case .daemonNotReading(let queued)? = refusal else {
+            Issue.record("\(sent) posts of 1 KiB queued for a daemon that reads nothing, and no error: \(String(describing: refusal))")
+            await center.close()
+            try await daemon.stop()
+            return
+        }
+        #expect(queued >= 4 << 20 && sent < 32 * 1_024, "refused after \(sent) posts with \(queued) bytes queued")
+        await #expect(throws: NotifyError.self) { try await center.synchronize() }
         await center.close()
         try await daemon.stop()
     }
