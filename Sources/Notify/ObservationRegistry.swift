@@ -129,7 +129,18 @@ struct ObservationRegistry: Sendable {
         of name: String, takingDrops: Bool, into targets: inout [(ObservationCore, UInt64)]
     ) {
         if let exact = exactObservers[ExactName(name)] {
-            for core in exact { targets.append((core, takingDrops ? takeDrops(for: core.key) : 0)) }
+            if !takingDrops || exact.count == 1 {
+                for core in exact { targets.append((core, takingDrops ? takeDrops(for: core.key) : 0)) }
+            } else {
+                // Observations of one subscription share its count: taken once, given to each (taking it again for
+                // the second would find it cleared).
+                var taken: [(key: SubscriptionKey, drops: UInt64)] = []
+                for core in exact {
+                    let drops = taken.first { $0.key == core.key }?.drops ?? takeDrops(for: core.key)
+                    if !taken.contains(where: { $0.key == core.key }) { taken.append((core.key, drops)) }
+                    targets.append((core, drops))
+                }
+            }
         }
         for key in patternKeys {
             guard let entry = subscriptions[key], entry.pattern.matches(name) else { continue }

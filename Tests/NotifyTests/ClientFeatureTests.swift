@@ -284,6 +284,31 @@ struct ClientFeatureTests {
         try await daemon.stop()
     }
 
+    @Test("queue(N): every observation of the name learns what was dropped (droppedBefore), not only the first")
+    func droppedBeforeForEachObservation() async throws {
+        let daemon = try await TestServer.start()
+        let center = try await daemon.center()
+        let poster = try await daemon.center()
+        let first = Collector<ReceivedNotification>()
+        let second = Collector<ReceivedNotification>()
+        let options = ObservationOptions(policy: .queue(limit: 2))
+        let observations = [
+            try center.observe("org.example.both", on: .immediate, options: options) { first.append($0) },
+            try center.observe("org.example.both", on: .immediate, options: options) { second.append($0) },
+        ]
+        try await center.synchronize()
+        try await center.suspend()
+        for index in 0..<6 { try poster.post("org.example.both", text: "\(index)") }
+        try await poster.synchronize()
+        try await center.resume()
+        #expect(try await first.wait(for: 2).map(\.droppedBefore) == [4, 0])
+        #expect(try await second.wait(for: 2).map(\.droppedBefore) == [4, 0])
+        withExtendedLifetime(observations) {}
+        await center.close()
+        await poster.close()
+        try await daemon.stop()
+    }
+
     @Test("daemonStatus, daemonNames and daemonClients report what the clients did")
     func introspection() async throws {
         let daemon = try await TestServer.start()
