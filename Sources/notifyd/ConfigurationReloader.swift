@@ -3,7 +3,9 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NotifyServer
 import NotifySystemd
 import ServiceLifecycle
@@ -40,8 +42,12 @@ struct ConfigurationReloader: Service, CustomStringConvertible {
         clock_gettime(CLOCK_MONOTONIC, &now)
         let monotonic = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1_000
         _ = try? notifier.send("RELOADING=1\nMONOTONIC_USEC=\(monotonic)")
+        guard let loaded = await loadUnlessShuttingDown() else {
+            logger.warning("configuration reload abandoned: the daemon is stopping", metadata: ["config": "\(source)"])
+            return
+        }
         do throws(ConfigurationError) {
-            if let configuration = try source.load() {
+            if let configuration = try loaded.get() {
                 await server.updateAccess(configuration)
                 await server.noteReload(error: nil)
                 logger.notice(
@@ -59,6 +65,43 @@ struct ConfigurationReloader: Service, CustomStringConvertible {
             await server.noteReload(error: error.description)
             logger.error("configuration not reloaded, keeping the previous one", metadata: ["error": "\(error)"])
             _ = try? notifier.send("READY=1\nSTATUS=configuration reload failed: \(error.description)")
+        }
+    }
+
+    /// Reads the file on a thread of its own and stops waiting for it at a graceful shutdown (`nil`): its `owner=`
+    /// and `group=` names go through NSS, and the file may sit on a mount that hangs; neither may hold up SIGTERM.
+    private func loadUnlessShuttingDown() async -> Result<AccessConfiguration?, ConfigurationError>? {
+        typealias Outcome = Result<AccessConfiguration?, ConfigurationError>?
+        let waiter = NIOLockedValueBox<(continuation: CheckedContinuation<Outcome, Never>?, shuttingDown: Bool)>(
+            (nil, false))
+        let source = self.source
+        return await withGracefulShutdownHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
+                let stopping = waiter.withLockedValue { state -> Bool in
+                    if state.shuttingDown { return true }
+                    state.continuation = continuation
+                    return false
+                }
+                if stopping {
+                    continuation.resume(returning: nil)
+                    return
+                }
+                let thread = Thread {
+                    let loaded: Outcome = Result { () throws(ConfigurationError) in try source.load() }
+                    waiter.withLockedValue { state in
+                        defer { state.continuation = nil }
+                        return state.continuation
+                    }?.resume(returning: loaded)
+                }
+                thread.name = "notifyd-reload"
+                thread.start()
+            }
+        } onGracefulShutdown: {
+            waiter.withLockedValue { state in
+                state.shuttingDown = true
+                defer { state.continuation = nil }
+                return state.continuation
+            }?.resume(returning: nil)
         }
     }
 }

@@ -287,6 +287,29 @@ extension Integration {
             }
         }
 
+        @Test("SIGTERM during a reload that hangs (the file on a mount that does not answer) stops the daemon at once")
+        func stopDuringAHungReload() async throws {
+            try await withIntegrationScope { scope in
+                let config = scope.directory + "/notifyd.conf"
+                try "# nothing reserved\n".write(toFile: config, atomically: true, encoding: .utf8)
+                let daemon = try await scope.startOpenDaemon(["--config", config])
+                defer { daemon.send(SIGKILL) }
+                // The file becomes a FIFO: reading it waits for a writer, as a read from a hung NFS mount or a hung
+                // NSS lookup of an owner= name would.
+                #expect(unlink(config) == 0 && mkfifo(config, 0o644) == 0, "errno \(errno)")
+                daemon.send(SIGHUP)
+                // A non-blocking open for writing succeeds once the reload has the FIFO open for reading; holding it
+                // open, writing nothing, keeps the reload's read waiting.
+                let writer = try await poll("the reload to open the configuration file", timeout: .seconds(20)) { () -> Int32? in
+                    let descriptor = open(config, O_WRONLY | O_NONBLOCK)
+                    return descriptor >= 0 ? descriptor : nil
+                }
+                defer { close(writer) }
+                daemon.send(SIGTERM)
+                #expect(try await daemon.waitForExit(timeout: 20) == .exited(0), "\(daemon.diagnostics)")
+            }
+        }
+
         @Test("notifyctl reload returns once the file is applied, and fails with the reason when it does not parse")
         func synchronousReload() async throws {
             try await withIntegrationScope { scope in
