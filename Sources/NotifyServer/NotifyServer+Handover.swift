@@ -144,7 +144,10 @@ extension NotifyServer {
             let replaceListener = try ReplaceListener(socketPath: socketPath, logger: logger)
             replaceListener.start { [self] connection -> String? in
                 let outcome = listener.withLockedValue { listener -> Result<Channel?, ReplaceChannel.Failure> in
-                    guard let descriptor = listener.descriptor else { return .success(nil) }
+                    // Not listening yet (still starting): nothing to hand over, and nothing stopped; ask again.
+                    guard let descriptor = listener.descriptor else {
+                        return .failure(ReplaceChannel.Failure("the running daemon is still starting; try again"))
+                    }
                     // Taken before anything stops: out of descriptors, the request is refused and every client is
                     // still served; a hand-over without the listening socket would fail after all were closed.
                     let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 3)

@@ -29,9 +29,6 @@ package enum ReplaceChannel {
 
     // MARK: The new daemon's side
 
-    /// How long the new daemon waits for each part of the running daemon's answer, in seconds.
-    static let answerTimeout = 30
-
     /// Asks the daemon whose control socket is at `controlPath` for its state and sockets.
     ///
     /// - Returns: the hand-over and the listening socket, or `nil` when no daemon listens there (nothing to
@@ -51,9 +48,8 @@ package enum ReplaceChannel {
         guard let owner = peerUID(descriptor), owner == geteuid() || owner == 0 else {
             throw Failure("the process at \(controlPath) runs as another user; not taking anything from it")
         }
-        // A running daemon that is stopped (SIGSTOP) or hung never answers: the wait for each part is bounded.
-        var timeout = timeval(tv_sec: Int(answerTimeout), tv_usec: 0)
-        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        // No timeout on the answer: the running daemon sends its header only once it has stopped serving and
+        // captured every connection, and a successor that gave up then would leave no daemon at all.
         try writeAll(descriptor, request)
         var stream = Stream(descriptor: descriptor)
         let (header, headerDescriptors) = try stream.read(count: 10)
@@ -190,9 +186,6 @@ package enum ReplaceChannel {
                 descriptors += passed.prefix(passedCount)
                 if received < 0 {
                     for passed in descriptors { close(passed) }
-                    if errno == EAGAIN || errno == EWOULDBLOCK {
-                        throw Failure("the other daemon sent nothing for \(ReplaceChannel.answerTimeout) s (stopped or hung?)")
-                    }
                     throw .system("cannot read from the other daemon")
                 }
                 if received == 0 {
