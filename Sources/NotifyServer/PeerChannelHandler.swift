@@ -135,9 +135,11 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
             return
         }
         awaitingIdentity = true
+        // Weak: a lookup that hangs must not keep a closed connection (and its peer) in memory meanwhile.
         broker.identities.resolve(
-            credentials, groupsFound: { [self] groups in groupsFound(groups) },
-            commandFound: { command in peer.command = command })
+            credentials, groupsFound: { [weak self] groups in self?.groupsFound(groups) },
+            commandFound: { [weak peer] command in peer?.command = command },
+            isWaiting: { [weak self] in self?.peer?.isServing == true })
         if awaitingIdentity {
             // Nothing is read until the groups are known: the socket's buffer holds what the client sends.
             readingPausedForIdentity = true

@@ -19,9 +19,19 @@ final class PeerIdentityResolver {
 
     /// The connections waiting for one user's lookup, and whether they were served without it already.
     private struct Flight {
-        var waiting: [(Set<UInt32>) -> Void] = []
+        /// Each with whether it still waits (`false` once closed): those that do not are dropped as more come, so
+        /// a client reconnecting in a loop while the lookup hangs costs nothing that lasts.
+        var waiting: [(found: (Set<UInt32>) -> Void, isWaiting: () -> Bool)] = []
+        var pruneAt = 64
         var deadline: Scheduled<Void>?
         var fellBack = false
+
+        mutating func add(_ found: @escaping (Set<UInt32>) -> Void, isWaiting: @escaping () -> Bool) {
+            waiting.append((found, isWaiting))
+            guard waiting.count >= pruneAt else { return }
+            waiting.removeAll { !$0.isWaiting() }
+            pruneAt = max(64, 2 * waiting.count)
+        }
     }
 
     private static let cacheLimit = 4_096
@@ -35,6 +45,8 @@ final class PeerIdentityResolver {
     private(set) var groupLookups = 0
     /// Connections served with their primary group only because their lookup passed its deadline or failed.
     private(set) var fallbacks = 0
+    /// Connections kept for lookups in flight (tests check that closed ones do not pile up).
+    var waitingConnections: Int { flights.values.reduce(0) { $0 + $1.waiting.count } }
 
     /// - Parameter pool: where lookups run; `nil` runs them on the event loop (only for tests that never
     ///   connect a client).
@@ -47,19 +59,23 @@ final class PeerIdentityResolver {
     /// Finds `credentials`' groups and command name. `groupsFound` runs on the event loop: at once when the
     /// groups are cached, else after the lookup, or at its deadline with the primary group only and then again
     /// with the full groups; `commandFound` runs on the event loop once the command name is read.
+    ///
+    /// `isWaiting` tells whether the connection still wants the answer (it may close while the lookup hangs).
     func resolve(
         _ credentials: SenderCredentials, groupsFound: @escaping (Set<UInt32>) -> Void,
-        commandFound: @escaping (String?) -> Void
+        commandFound: @escaping (String?) -> Void, isWaiting: @escaping () -> Bool = { true }
     ) {
         let key = Key(uid: credentials.uid, gid: credentials.gid)
         let now = NIODeadline.now()
         if let cached = cache[key].flatMap({ $0.expires > now ? $0.groups : nil }) {
             groupsFound(cached)
         } else if flights[key] != nil {
-            flights[key]!.waiting.append(groupsFound)
+            flights[key]!.add(groupsFound, isWaiting: isWaiting)
             if flights[key]!.fellBack { groupsFound([key.gid]) }
         } else {
-            flights[key] = Flight(waiting: [groupsFound])
+            var flight = Flight()
+            flight.add(groupsFound, isWaiting: isWaiting)
+            flights[key] = flight
             startGroupLookup(key)
         }
         let lookup = self.lookup
@@ -85,7 +101,7 @@ final class PeerIdentityResolver {
             guard flights[key] != nil, !flights[key]!.fellBack else { return }
             flights[key]!.fellBack = true
             fallbacks += flights[key]!.waiting.count
-            for waiting in flights[key]!.waiting { waiting([key.gid]) }
+            for waiting in flights[key]!.waiting { waiting.found([key.gid]) }
         }
         pool.runIfActive(eventLoop: eventLoop) { lookup.groups(key.uid, key.gid) }.assumeIsolated().whenComplete {
             [self] result in
@@ -101,7 +117,7 @@ final class PeerIdentityResolver {
         if let groups { remember(groups, for: key) } else if !flight.fellBack { fallbacks += flight.waiting.count }
         // After a fallback, only news is worth telling: the full groups.
         guard groups != nil || !flight.fellBack else { return }
-        for waiting in flight.waiting { waiting(groups ?? [key.gid]) }
+        for waiting in flight.waiting { waiting.found(groups ?? [key.gid]) }
     }
 
     private func remember(_ groups: Set<UInt32>, for key: Key) {

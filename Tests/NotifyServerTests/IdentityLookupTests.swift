@@ -1,5 +1,7 @@
 import Foundation
 import NIOCore
+import NIOEmbedded
+import NIOPosix
 import NotifyTestSupport
 import NotifyWire
 import Testing
@@ -214,6 +216,33 @@ struct IdentityLookupTests {
         }
         await bob.close()
         try await successor.stop()
+    }
+
+    @Test("Connections that close while their user's lookup hangs are not kept: a client reconnecting in a loop costs nothing that lasts")
+    func closedConnectionsDoNotPileUp() async throws {
+        let gate = LookupGate()
+        gate.close()
+        let lookup = PeerIdentityLookup(
+            groups: { _, gid in
+                gate.pass()
+                return [gid]
+            },
+            command: { _ in nil })
+        let loop = EmbeddedEventLoop()
+        let pool = NIOThreadPool(numberOfThreads: 1)
+        pool.start()
+        let resolver = PeerIdentityResolver(eventLoop: loop, pool: pool, lookup: lookup)
+        let credentials = SenderCredentials(pid: 1, uid: 4202, gid: 4302)
+        // One connection stays; 1,000 more come and go while the lookup hangs.
+        resolver.resolve(credentials, groupsFound: { _ in }, commandFound: { _ in }, isWaiting: { true })
+        for _ in 0..<1_000 {
+            resolver.resolve(credentials, groupsFound: { _ in }, commandFound: { _ in }, isWaiting: { false })
+        }
+        #expect(resolver.groupLookups == 1)
+        #expect(resolver.waitingConnections <= 128, "\(resolver.waitingConnections) connections kept for one hung lookup")
+        gate.open()
+        try await pool.shutdownGracefully()
+        try await loop.shutdownGracefully()
     }
 
     @Test("The system lookup finds this process's command and its primary group")
