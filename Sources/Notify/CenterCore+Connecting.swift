@@ -196,9 +196,25 @@ extension CenterCore {
     ///   - timeout: give up after this many seconds.
     func waitUntilConnected(failFast: Bool, timeout: Double?) async throws {
         let waiterID = state.withLockedValue { $0.makeWaiterID() }
+        // Cancelling the task ends the wait with CancellationError, as for requests.
+        try await withTaskCancellationHandler {
+            try await waitForConnection(id: waiterID, failFast: failFast, timeout: timeout)
+        } onCancel: {
+            state.withLockedValue { $0.connection.removeWaiter(id: waiterID) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    private func waitForConnection(id waiterID: UInt64, failFast: Bool, timeout: Double?) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
             let action = state.withLockedValue {
                 $0.connection.addWaiter(continuation, id: waiterID, failFast: failFast)
+            }
+            // Cancelled before the waiter was added: the handler found nothing to remove.
+            if case .waiting = action, Task.isCancelled,
+                let waiter = state.withLockedValue({ $0.connection.removeWaiter(id: waiterID) })
+            {
+                waiter.resume(throwing: CancellationError())
+                return
             }
             switch action {
             case .connected:

@@ -121,7 +121,9 @@ extension CenterCore {
     private func answered(_ request: PendingRequests.Request?, with result: Result<Reply, Error>, on channel: Channel) {
         guard let request, !request.complete(with: result) else { return }
         logger.error("protocol error from the daemon: an answer of the wrong kind, closing")
-        channel.close(promise: nil)
+        // Through the channel handler, which stops reading this burst and closes with the reason (as for any other
+        // protocol error), so nothing read after it is delivered after the `disconnected` event.
+        channel.pipeline.fireErrorCaught(WrongKindOfAnswer())
     }
 
     private func handleOK(_ requestID: UInt32, on channel: Channel) {
@@ -142,4 +144,9 @@ extension CenterCore {
         if schedule { scheduleFlush() }
         answered(request, with: .success(.ok), on: channel)
     }
+}
+
+/// A reply of another kind than its request expects: a protocol error from the daemon.
+struct WrongKindOfAnswer: Error, CustomStringConvertible {
+    var description: String { "protocol error from the daemon: an answer of the wrong kind" }
 }

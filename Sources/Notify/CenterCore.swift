@@ -43,7 +43,7 @@ final class CenterCore: Sendable {
         self.eventLoop = group.next()
         let generation = ManagedAtomic<UInt64>(0)
         self.routingGeneration = generation
-        self.backlog = DeliveryBacklog(limit: configuration.pendingDeliveryLimit)
+        self.backlog = DeliveryBacklog(limit: max(0, configuration.pendingDeliveryLimit))
         self.state = AdaptiveLockedValue(
             State(connection: Connection(policy: configuration.reconnect), registry: ObservationRegistry(generation: generation)))
     }

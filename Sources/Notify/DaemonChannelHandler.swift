@@ -15,6 +15,9 @@ final class DaemonChannelHandler: ChannelDuplexHandler {
     private let staging = DeliveryStaging()
     /// A read held back by the backlog, made once it has drained.
     private var readHeld = false
+    /// Whether this connection's `WELCOME` was read: before it, reads are never held back (the handshake, and
+    /// whoever waits for the connection, must not wait for handlers of an earlier connection).
+    private var welcomed = false
 
     init(core: CenterCore) {
         self.core = core
@@ -33,7 +36,7 @@ final class DaemonChannelHandler: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if core.backlog.pauseIfFull() {
+        if welcomed, core.backlog.pauseIfFull() {
             readHeld = true
             return
         }
@@ -61,8 +64,11 @@ final class DaemonChannelHandler: ChannelDuplexHandler {
                 let frame = try ServerFrame.decode(type: raw.type, body: &raw.body)
                 if case .welcome(let welcome) = frame {
                     accumulator.maxFrameLength = max(welcome.limits.maxFrameLength, ProtocolConstants.minimumMaxFrameLength)
+                    welcomed = true
                 }
                 core.received(frame, on: context.channel, staging: staging)
+                // The frame was a protocol error of another kind (a wrong kind of answer): errorCaught closed.
+                if failure != nil { return }
             }
         } catch {
             // The frames before the malformed one were valid: they are delivered like any others.

@@ -44,7 +44,9 @@ public struct DeliveryTarget: Sendable {
     /// Runs the handler on the library's I/O thread, as soon as the notification is read.
     ///
     /// For handlers that only hand work off (to a queue, a continuation, a lock-protected buffer): while such a
-    /// handler runs, no other notification for this center is read.
+    /// handler runs, no other notification for this center is read. A post of a `self.` name runs it on the
+    /// posting thread; when two threads deliver at once, the second waits for the first invocation to return
+    /// (two such handlers that each post, from two threads, a `self.` name the other observes wait for each other).
     public static let immediate = DeliveryTarget(kind: .immediate)
 
     /// Runs the handler on `queue`. On a serial queue handlers run in daemon order; on a concurrent queue the

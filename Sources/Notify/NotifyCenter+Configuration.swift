@@ -34,9 +34,11 @@ extension NotifyCenter {
         ///
         /// While reading is paused the daemon treats the process as a slow subscriber: each subscription's policy
         /// decides what it keeps (see ``DeliveryPolicy``), so a handler slower than the posters costs the
-        /// process at most this much memory. The pause holds back every observation of the center, and replies
-        /// to requests; it ends when what waits has fallen to half the limit. `.immediate` handlers run as
-        /// notifications are read and are never charged.
+        /// process about this much memory (plus what one read brought: up to a few MiB). The pause holds back every
+        /// observation of the center, and replies to requests; it ends when what waits has fallen to half the
+        /// limit. A target that never runs what it is given (a run loop that is not running, a suspended
+        /// `OperationQueue`) holds it until its observation is cancelled. `.immediate` handlers run as
+        /// notifications are read and are never charged. Values below zero count as zero.
         public var pendingDeliveryLimit = 8 << 20
         /// How many bytes of posts and requests may wait for a daemon that does not read them (stopped, hung) before
         /// `post` and requests throw ``NotifyError/daemonNotReading(queuedBytes:)`` instead of queueing more.

@@ -210,6 +210,10 @@ enum StandardStreams {
                 #endif
                 if written >= 0 {
                     offset += written
+                } else if errno == EAGAIN || errno == EWOULDBLOCK {
+                    // A non-blocking stdout (inherited from a parent that set O_NONBLOCK) whose pipe is full: wait.
+                    var ready = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
+                    _ = poll(&ready, 1, -1)
                 } else if errno != EINTR {
                     return false
                 }

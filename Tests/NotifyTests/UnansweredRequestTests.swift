@@ -202,6 +202,25 @@ struct UnansweredRequestTests {
         try await daemon.stop()
     }
 
+    @Test("waiting for a connection (waitUntilConnected, or a request while disconnected) ends when the task is cancelled")
+    func cancelledWhileDisconnected() async throws {
+        let center = NotifyCenter(
+            configuration: NotifyCenter.Configuration(
+                socketPath: TestServer.makeSocketPath(), clientName: "t", whileDisconnected: .wait(timeout: .infinity)))
+        for (what, task) in [
+            ("waitUntilConnected()", Task { try await center.waitUntilConnected() }),
+            ("synchronize()", Task { try await center.synchronize() }),
+        ] {
+            task.cancel()
+            switch try await Self.outcome(within: 10, of: task) {
+            case nil: Issue.record("\(what) still waits 10 s after its task was cancelled")
+            case .success: Issue.record("\(what) succeeded without a daemon")
+            case .failure(let error): #expect(error is CancellationError, "\(what): \(error)")
+            }
+        }
+        await center.close()
+    }
+
     @Test("an infinite timeout waits: posts held while disconnected, no trap")
     func infiniteTimeouts() async throws {
         let path = TestServer.makeSocketPath()
