@@ -71,13 +71,16 @@ final class BucketMirror: Sendable {
     /// The post each imported name's local retained notification came from: an entry for the same post is not
     /// posted again.
     private let localRetained = NIOLockedValueBox<[String: PostIdentity]>([:])
-    /// What the bucket is known to hold per key (acknowledged puts, entries seen): putting the same again is skipped.
+    /// What the bucket is known to hold per key of an exported name (acknowledged puts, entries seen): putting the
+    /// same again is skipped. Only keys this bridge may put, copied out of the read buffer, and forgotten when the
+    /// bucket deletes them: the fleet's other keys cost nothing here.
     private let bucketValues = NIOLockedValueBox<[String: ByteBuffer]>([:])
     /// Puts waiting: the latest per key, keys in the order they first waited. Bounded by the number of names.
     private let waiting = NIOLockedValueBox(OrderedDictionary<String, Put>())
     private let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-    /// Entries to apply locally, in the order the ledger let them through.
-    private let applies = AsyncStream<(name: String, value: MirroredValue)>.makeStream()
+    /// Entries to apply locally, in the order the ledger let them through, the latest per name: while the local
+    /// daemon is away it holds one per name, not every change the fleet makes meanwhile.
+    private let applies = CoalescingQueue<MirroredValue>()
     /// Restarts of the local daemon asked for (``restart()``), and the wake-up of the session under way. A stream
     /// of each session's own: a stream whose waiting reader is cancelled (a session ending for another reason)
     /// ends for good.
@@ -98,6 +101,10 @@ final class BucketMirror: Sendable {
 
     private func isImported(_ name: String) -> Bool {
         bridge.importPatterns.contains { $0.matches(name) }
+    }
+
+    private func isExported(_ name: String) -> Bool {
+        bridge.exportPatterns.contains { $0.matches(name) }
     }
 
     private func enqueue(_ put: Put) {
@@ -326,12 +333,17 @@ final class BucketMirror: Sendable {
     }
 
     private func importEntry(_ entry: NATSKeyValueEntry) {
-        guard entry.operation == .put else { return }
+        guard entry.operation == .put else {
+            bucketValues.withLockedValue { $0[entry.key] = nil }
+            return
+        }
         guard let (kind, name) = BucketKey.parse(entry.key), !name.hasPrefix("self.") else {
             counters.bump(.bucketInvalid)
             return
         }
-        bucketValues.withLockedValue { $0[entry.key] = entry.value }
+        if isExported(name) {
+            bucketValues.withLockedValue { $0[entry.key] = ByteBuffer(bytes: entry.value.readableBytesView) }
+        }
         guard isImported(name) else { return }
         let origin = Origin(headers: entry.headers)
         // This process's own put, stored even if its acknowledgement was lost: the local value is at least as new.
@@ -361,13 +373,13 @@ final class BucketMirror: Sendable {
         // Decided and queued under one lock: the applies happen in the order the ledger decided them.
         ledger.withLockedValue { ledger in
             if ledger.received(entry.key, revision: entry.revision, value: value) {
-                applies.continuation.yield((name, value))
+                applies.put(value, for: name)
             }
         }
     }
 
     private func applyEntries() async {
-        for await (name, value) in applies.stream {
+        while let (name, value) = await applies.next() {
             switch value {
             case .state(let number):
                 do {
@@ -505,7 +517,7 @@ final class BucketMirror: Sendable {
             }
             ledger.withLockedValue { ledger in
                 if let newer = ledger.didPut(key, revision: revision), isImported(put.name) {
-                    applies.continuation.yield((put.name, newer))
+                    applies.put(newer, for: put.name)
                 }
             }
         }
