@@ -3,9 +3,9 @@
 It shares the synchronous center's connection machinery (one I/O thread per center that reads the socket,
 reconnects and resubscribes); replies reach the event loop as futures (``asyncio.wrap_future``) and notifications
 through ``loop.call_soon_threadsafe``, so no coroutine ever blocks the loop. Requests are written without blocking
-either: what the socket does not take at once is queued, in order, and written by the I/O thread. A request that
-is not written within its timeout (the daemon stopped reading) fails with ``NotifydTimeout`` and the connection is
-dropped and reconnected.
+either: what the socket does not take at once is queued, in order, and written by the I/O thread. A request whose
+timeout passes before any of it is written is taken back (``NotifydTimeout``; the connection stays); a daemon that
+reads nothing for the center's timeout is taken for dead, and the connection is dropped and reconnected.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import concurrent.futures
 import functools
 from typing import Any, Callable, Deque, Dict, List, Optional, TypeVar, Union, overload
 
-from ._center import _SLACK, READER_THREAD, Center, Observation, Payload, _Deadline
+from ._center import READER_THREAD, Center, Observation, Payload, _Deadline
 from ._model import ConnectionEvent, DaemonInfo, Notification, Policy, PostReceipt
 from ._paths import DaemonUser
 from .errors import NotifydTimeout
@@ -53,8 +53,8 @@ class NotificationStream:
         self.dropped_count = 0
         self._observation: Observation
         self._observation, future = center._start_observation(
-            pattern, self._from_thread, policy, current_value, READER_THREAD, on_end=self._end_from_thread,
-            deadline=_Deadline(timeout))
+            pattern, self._from_thread, policy, current_value, READER_THREAD, on_end=self._end_from_thread)
+        self._subscribed = future
         self._ready: Optional["asyncio.Future[Any]"] = (
             asyncio.wrap_future(future, loop=loop) if future is not None else None)
 
@@ -70,13 +70,21 @@ class NotificationStream:
             try:
                 await asyncio.wait_for(ready, self._timeout)
             except asyncio.TimeoutError as error:
-                if isinstance(error, NotifydTimeout):  # the SUBSCRIBE was not written in time
+                if isinstance(error, NotifydTimeout):  # the daemon stalled: the connection was dropped
                     self._ended = True
                     raise
-                self._center._expire_overdue(_SLACK)
-                self.cancel()
-                raise NotifydTimeout(f"observing {self.pattern!r} did not complete within {self._timeout} "
-                                     f"seconds") from None
+                subscribed = self._subscribed
+                assert subscribed is not None
+                failure = self._center._timed_out(subscribed, f"observing {self.pattern!r}", self._timeout)
+                if failure is None:  # answered just as wait_for gave up: that answer stands
+                    try:
+                        subscribed.result(0)
+                    except BaseException:
+                        self._ended = True
+                        raise
+                    return
+                self.cancel()  # (a SUBSCRIBE taken back, never sent, is not unsubscribed)
+                raise failure from None
             except BaseException:
                 self._ended = True
                 raise
@@ -181,10 +189,13 @@ class AsyncCenter:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), deadline.remaining())
         except asyncio.TimeoutError as error:
-            if isinstance(error, NotifydTimeout):  # not written in time (asyncio.TimeoutError is TimeoutError)
+            if isinstance(error, NotifydTimeout):  # the daemon stalled (asyncio.TimeoutError is TimeoutError)
                 raise
-            self.center._expire_overdue(_SLACK)  # unwritten: drop the connection before reporting the timeout
-            raise NotifydTimeout(f"{what} did not complete within {deadline.limit} seconds") from None
+            # Taken back if none of it was written (the connection stays); or a stalled daemon is dropped now.
+            failure = self.center._timed_out(future, what, deadline.limit)
+        if failure is None:  # answered just as wait_for gave up: that answer stands
+            return future.result(0)
+        raise failure
 
     async def post(self, name: str, payload: Payload = b"", *, retain: bool = False,
                    timeout: Optional[float] = None) -> PostReceipt:
@@ -198,9 +209,11 @@ class AsyncCenter:
                     timeout: Optional[float] = None) -> None:
         """Posts without waiting (see :meth:`Center.post_nowait`), and without ever blocking the loop.
 
-        What the socket does not take at once is queued and written by the I/O thread. If it is not written
-        within ``timeout`` seconds (default: the center's), the daemon has stopped reading: the connection is
-        dropped and reconnected (a ``DISCONNECTED`` event); the post is lost, as fire and forget allows.
+        What the socket does not take at once is queued and written by the I/O thread, in order, as the daemon
+        reads. Nothing waits for it, so it has no deadline of its own: ``timeout`` is accepted for symmetry with
+        :meth:`Center.post_nowait` and has no effect. Only a daemon that reads nothing for the center's timeout
+        (stopped or hung) loses it: the connection is dropped and reconnected (a ``DISCONNECTED`` event), and the
+        post is lost, as fire and forget allows.
         """
         self.center._post_future(name, payload, retain, False, self.center._deadline(timeout))
 

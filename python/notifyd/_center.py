@@ -45,7 +45,7 @@ DEFAULT_MAX_PAYLOAD_LENGTH = 65_536
 _SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
 # How many queued frames one sendmsg() hands to the kernel.
 _MAX_IOV = 64
-# A waiter that timed out also expires frames due within this much of now (clock rounding).
+# A caller whose deadline passed also counts a stall that ends within this much of now (clock rounding).
 _SLACK = 0.001
 
 
@@ -218,6 +218,8 @@ class _Pending:
     reply: Tuple[Type[wire.Message], ...] = (wire.Ok,)
     #: For a query: the JSON type its answer must have (``list`` for answers in parts).
     json_type: Optional[type] = None
+    #: The request's frame, while its caller may take it back (see :meth:`Center._timed_out`).
+    outbound: Optional["_Outbound"] = None
 
 
 class _Deadline:
@@ -239,25 +241,23 @@ _QUEUED, _WRITTEN, _FAILED = 0, 1, 2
 class _Outbound:
     """A frame on its way to the daemon: written at once if the socket takes it, else queued for the I/O thread.
 
-    If it is not completely written by its deadline, the daemon has stopped reading: the connection is dropped.
+    A frame has no deadline of its own. The connection is dropped only when the daemon takes no byte of the queue
+    for the center's timeout (:meth:`Center._check_stall_locked`); a caller whose own deadline passes first takes
+    its frame back if none of it was written (:meth:`Center._take_back_locked`).
     """
 
-    __slots__ = ("data", "offset", "deadline", "limit", "what", "request_id", "state", "error", "overdue")
+    __slots__ = ("data", "offset", "what", "request_id", "state", "error", "revocable")
 
-    def __init__(self, data: bytes, deadline: _Deadline, what: str, request_id: Optional[int]) -> None:
+    def __init__(self, data: bytes, what: str, request_id: Optional[int], revocable: bool) -> None:
         self.data = data
-        self.offset = 0
-        self.deadline = deadline.at
-        self.limit = deadline.limit
+        self.offset = 0  # bytes already written
         self.what = what
         self.request_id = request_id
         self.state = _QUEUED
         self.error: Optional[NotifydError] = None
-        self.overdue = False
-
-    def timeout_error(self) -> NotifydTimeout:
-        return NotifydTimeout(f"{self.what} did not complete within {self.limit} seconds: the daemon did not read "
-                              f"the request (it is stopped, hung or overloaded), so the connection was dropped")
+        #: Whether its caller may take it back while none of it is written (not a SUSPEND or RESUME, whose depth
+        #: is already counted, nor a frame nobody waits for).
+        self.revocable = revocable
 
 
 def _fail(future: "Optional[concurrent.futures.Future[Any]]", error: BaseException) -> None:
@@ -310,10 +310,12 @@ class Center:
     Callbacks run on ``executor`` (per observation or for the center): by default one background thread of the
     center, ``notifyd-callbacks``, so callbacks may call the center's blocking methods.
 
-    Every call is bounded by its ``timeout`` (default: the center's), writing included: if the daemon stops
-    reading (stopped, hung, or not a daemon at all) so that a request cannot be written within the call's
-    timeout, the call raises :class:`NotifydTimeout` and the connection is dropped and reconnected as for a dead
-    daemon (its other waiting requests raise :class:`ConnectionLost`).
+    Every call is bounded by its ``timeout`` (default: the center's), writing included. A call whose timeout
+    passes before any of its request was written (the daemon reads more slowly than this process writes) takes
+    it back, raises :class:`NotifydTimeout`, and the connection stays. A daemon that reads nothing of what is
+    queued for the center's ``timeout`` (stopped, hung, or not a daemon at all) is taken for dead: the connection
+    is dropped and reconnected, the calls whose requests were still queued raise :class:`NotifydTimeout`, and
+    the others waiting on it :class:`ConnectionLost`.
 
     After ``os.fork()`` (e.g. ``multiprocessing``'s fork start method) the child's copy of a center never touches
     the parent's connection: it starts with no observations, not suspended, and connects on its first use with a
@@ -355,7 +357,13 @@ class Center:
         self._sock: Optional[socket.socket] = None
         # Frames of the current connection not yet (completely) written, in order; written under _lock only.
         self._out: Deque[_Outbound] = collections.deque()
-        self._out_next = math.inf  # no later than the earliest deadline in _out
+        # The stall clock: when the queue last made progress (a byte written) or became non-empty. It does not
+        # run while the I/O thread is away from poll() (since _io_busy_since), e.g. in a READER_THREAD callback:
+        # the daemon may rightly stop reading a client that does not read its answers.
+        self._out_since = 0.0
+        self._io_busy_since: Optional[float] = None
+        # Incremented in a forked child: an I/O loop of an older generation is the parent's and ends.
+        self._generation = 0
         self._drop_reason: Optional[str] = None
         self._wake_r, self._wake_w = _wake_pair()
         self._thread: Optional[threading.Thread] = None
@@ -388,7 +396,8 @@ class Center:
             first_error = error
             sock = None
         _live_centers.add(self)
-        self._thread = threading.Thread(target=self._run, args=(sock,), name="notifyd-io", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(sock, self._generation), name="notifyd-io",
+                                        daemon=True)
         self._thread.start()
         if first_error is None and require_daemon:
             try:
@@ -463,8 +472,9 @@ class Center:
         Local checks still raise at once; a refusal by the daemon arrives later as a ``REQUEST_REJECTED``
         connection event (and in the log). :meth:`synchronize` waits until the daemon has fanned it out.
         It returns once the frame is written to the socket; while the daemon does not read, that waits, at
-        most ``timeout`` seconds (default: the center's), then raises :class:`NotifydTimeout` and drops the
-        connection. On the I/O thread (``READER_THREAD`` callbacks) it never waits: the frame is queued.
+        most ``timeout`` seconds (default: the center's), then raises :class:`NotifydTimeout`: the post was not
+        sent if none of it was written (the connection stays), else the rest is written as the daemon reads.
+        On the I/O thread (``READER_THREAD`` callbacks) it never waits: the frame is queued.
         """
         self._post_future(name, payload, retain, False, self._deadline(timeout), wait_written=True)
 
@@ -517,8 +527,7 @@ class Center:
         active on reconnect). Raises :class:`InvalidName` for a bad pattern, and the daemon's refusals.
         """
         deadline = self._deadline(timeout)
-        observation, future = self._start_observation(pattern, callback, policy, current_value, executor,
-                                                      deadline=deadline)
+        observation, future = self._start_observation(pattern, callback, policy, current_value, executor)
         if future is not None:
             try:
                 self._wait(future, deadline, f"observing {pattern!r}")
@@ -560,7 +569,7 @@ class Center:
             what = "suspend" if step > 0 else "resume"
             self._pending[request_id] = _Pending("reply", future, what=what)
             data = (wire.Suspend(request_id) if step > 0 else wire.Resume(request_id)).encode()
-            self._enqueue(sock, data, deadline, what, request_id)
+            self._enqueue(sock, data, what, request_id)  # never taken back: the depth is already counted
         try:
             self._wait(future, deadline, what)
         except (ConnectionLost, ConnectionClosedByDaemon):
@@ -689,7 +698,8 @@ class Center:
                  kind: str = "reply", expect_reply: bool = True, reply: Tuple[Type[wire.Message], ...] = (wire.Ok,),
                  json_type: Optional[type] = None, wait_written: bool = False) -> "concurrent.futures.Future[Any]":
         """Sends a request; its future completes with the reply. Never blocks unless ``wait_written`` (a
-        request without reply whose caller waits until it is written, at most until ``deadline``)."""
+        request without reply whose caller waits until it is written, at most until ``deadline``). A caller that
+        waits may take the request back when its deadline passes (:meth:`_timed_out`, :meth:`_wait_written`)."""
         self._ensure_started()
         future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         with self._lock:
@@ -703,9 +713,11 @@ class Center:
                                    f"background{last})")
             request_id = self._take_request_id()
             data = make(request_id).encode()
+            item = self._enqueue(sock, data, what, request_id if expect_reply else None,
+                                 revocable=expect_reply or wait_written)
             if expect_reply:
-                self._pending[request_id] = _Pending(kind, future, what=what, reply=reply, json_type=json_type)
-            item = self._enqueue(sock, data, deadline, what, request_id if expect_reply else None)
+                self._pending[request_id] = _Pending(kind, future, what=what, reply=reply, json_type=json_type,
+                                                     outbound=item if item.state == _QUEUED else None)
         if not expect_reply:
             if wait_written:
                 self._wait_written(item, deadline)
@@ -723,13 +735,18 @@ class Center:
     #
     # The socket is non-blocking. A frame is written at once by the calling thread when nothing is queued before
     # it and the socket takes it; the rest waits in _out, in order, for the I/O thread, which writes it when the
-    # socket is writable. Every frame has the deadline of its call: one not completely written by then means
-    # the daemon stopped reading, and the connection is dropped (_drop_locked). No thread ever blocks in a write.
+    # socket is writable. No thread ever blocks in a write.
+    #
+    # A daemon that is stopped or hung is told by lack of progress, as libnotifyd does: the queue is not empty and
+    # the daemon has taken no byte of it for the center's timeout (time the I/O thread spends away from poll(),
+    # in a READER_THREAD callback say, does not count). Then the connection is dropped (_drop_locked). A call
+    # whose own deadline passes first gives up alone: it takes its frame back if none of it was written yet (and
+    # raises NotifydTimeout), and the connection stays. A frame written in part stays: the stream must stay whole.
 
-    def _enqueue(self, sock: socket.socket, data: bytes, deadline: _Deadline, what: str,
-                 request_id: Optional[int]) -> _Outbound:
+    def _enqueue(self, sock: socket.socket, data: bytes, what: str, request_id: Optional[int], *,
+                 revocable: bool = False) -> _Outbound:
         """Writes or queues ``data`` on ``sock`` (the current connection); the caller holds ``_lock``."""
-        item = _Outbound(data, deadline, what, request_id)
+        item = _Outbound(data, what, request_id, revocable)
         if not self._out:
             try:
                 sent = sock.send(data, _SEND_FLAGS)
@@ -745,14 +762,14 @@ class Center:
                 item.state = _WRITTEN
                 return item
             item.offset = sent
-        first = not self._out
-        self._out.append(item)
-        if first or item.deadline < self._out_next:
-            self._out_next = min(self._out_next, item.deadline)
+            self._out_since = time.monotonic()  # from now on the daemon has to read
+            self._out.append(item)
             try:
-                self._wake_w.send(b"\0")
+                self._wake_w.send(b"\0")  # the I/O thread now waits for the socket to be writable
             except OSError:  # full (a wake-up is pending anyway) or closed
                 pass
+            return item
+        self._out.append(item)
         return item
 
     def _flush(self, sock: socket.socket) -> None:
@@ -760,7 +777,7 @@ class Center:
         with self._lock:
             if self._sock is not sock or not self._out:
                 return
-            written = False
+            written = progress = False
             while self._out:
                 buffers: List[Union[bytes, memoryview]] = []
                 for item in self._out:
@@ -774,6 +791,7 @@ class Center:
                 except OSError as error:
                     self._drop_locked(sock, f"writing to the daemon failed: {error.strerror or error}")
                     return
+                progress = progress or sent > 0
                 while sent and self._out:
                     item = self._out[0]
                     take = min(sent, len(item.data) - item.offset)
@@ -782,46 +800,44 @@ class Center:
                     if item.offset < len(item.data):
                         break
                     item.state = _WRITTEN
+                    item.data = b""  # its request may wait for an answer a while: no need to keep the bytes
                     self._out.popleft()
                     written = True
                 if len(buffers) < _MAX_IOV and self._out:
                     break  # the socket took only part of what was offered: it is full
-            if not self._out:
-                self._out_next = math.inf
+            if progress:
+                self._out_since = time.monotonic()
             if written:
                 self._state_changed.notify_all()
 
-    def _expire_overdue(self, slack: float = 0.0) -> None:
-        """Drops the connection if a queued frame missed its deadline: the daemon is not reading."""
-        with self._lock:
-            if not self._out:
-                return
-            now = time.monotonic() + slack
-            if self._out_next > now:
-                return
-            overdue = [item for item in self._out if item.deadline <= now]
-            if not overdue:
-                self._out_next = min(item.deadline for item in self._out)
-                return
-            for item in overdue:
-                item.overdue = True
-            sock = self._sock
-            if sock is not None:
-                first = overdue[0]
-                self._drop_locked(sock, f"the daemon did not read a request ({first.what}) within {first.limit} "
-                                        f"seconds")
+    def _stall_clock_locked(self, now: float) -> float:
+        """How long the daemon has taken nothing of the queue, as of ``now``, not counting the time the I/O thread
+        has been away from poll() (caller holds ``_lock``; the queue is not empty)."""
+        busy = self._io_busy_since
+        return (now if busy is None else min(now, busy)) - self._out_since
 
-    def _drop_locked(self, sock: socket.socket, reason: str) -> None:
+    def _check_stall_locked(self, slack: float = 0.0) -> None:
+        """Drops the connection if the daemon has read nothing of the queue for the center's timeout: it is
+        stopped, hung, or no daemon at all (caller holds ``_lock``)."""
+        sock = self._sock
+        if sock is None or not self._out:
+            return
+        if self._stall_clock_locked(time.monotonic() + slack) < self.timeout:
+            return
+        self._drop_locked(sock, f"the daemon did not read anything from this process for {self.timeout} seconds "
+                                f"(it is stopped, hung or overloaded)", stalled=True)
+
+    def _drop_locked(self, sock: socket.socket, reason: str, *, stalled: bool = False) -> None:
         """Treats ``sock`` as dead (caller holds ``_lock``): no more requests go to it, its queued frames fail
-        (those past their deadline, and their requests, with :class:`NotifydTimeout`), and the I/O thread sees
-        the end of the connection, then reconnects as after any lost connection."""
+        (after a stall, and their requests, with :class:`NotifydTimeout`), and the I/O thread sees the end of the
+        connection, then reconnects as after any lost connection."""
         if self._sock is not sock:
             return
         self._sock = None
         self._drop_reason = reason
-        for item in self._out:
-            if item.overdue:
-                item.error = item.timeout_error()
+        if stalled:
+            for item in self._out:
+                item.error = NotifydTimeout(f"{item.what} was not written: {reason}, so the connection was dropped")
                 entry = self._pending.get(item.request_id) if item.request_id is not None else None
                 if entry is not None:
                     _fail(entry.future, item.error)
@@ -838,23 +854,70 @@ class Center:
             if item.error is None:
                 item.error = error
         self._out.clear()
-        self._out_next = math.inf
         self._state_changed.notify_all()
 
+    def _take_back_locked(self, item: _Outbound, what: str, limit: float) -> Optional[NotifydTimeout]:
+        """For a caller whose deadline passed (caller holds ``_lock``): removes its frame ``item`` from the queue
+        if none of it was written, with its request and an unconfirmed observation, and returns the error to
+        raise; ``None`` if the frame is not in the queue or is written in part (it stays)."""
+        if item.state != _QUEUED or item.offset or not item.revocable:
+            return None
+        try:
+            self._out.remove(item)
+        except ValueError:  # pragma: no cover - a queued frame is in the queue
+            return None
+        item.state = _FAILED
+        item.error = NotifydTimeout(f"{what} did not complete within {limit} seconds, and was not sent: the daemon "
+                                    f"had not yet read what this process sent before it (the connection stays)")
+        entry = self._pending.pop(item.request_id, None) if item.request_id is not None else None
+        observation = entry.observation if entry is not None else None
+        if observation is not None and not observation.active:
+            # Never subscribed: nothing to unsubscribe when its caller cancels it.
+            if self._observations.get(observation.subscription_id) is observation:
+                del self._observations[observation.subscription_id]
+            self._routing = tuple(o for o in self._routing if o is not observation)
+        return item.error
+
     def _wait_written(self, item: _Outbound, deadline: _Deadline) -> None:
-        """Waits until ``item`` is written or failed, at most until ``deadline``; then it has failed at the latest.
+        """Waits until ``item`` is written, at most until ``deadline``; raises if it was not.
 
         On the I/O thread it does not wait: the thread writes the frame once the callback returns."""
-        if item.state != _QUEUED or threading.current_thread() is self._thread:
-            return
-        with self._lock:
-            self._state_changed.wait_for(lambda: item.state != _QUEUED, deadline.remaining())
-        if item.state == _QUEUED:
-            self._expire_overdue(_SLACK)
+        if item.state == _QUEUED and threading.current_thread() is not self._thread:
             with self._lock:
-                if item.state == _QUEUED:  # pragma: no cover - the clock says the deadline passed
-                    item.state = _FAILED
-                    item.error = item.timeout_error()
+                self._state_changed.wait_for(lambda: item.state != _QUEUED, deadline.remaining())
+                if item.state == _QUEUED:
+                    self._check_stall_locked(_SLACK)
+                if item.state == _QUEUED:
+                    error = self._take_back_locked(item, item.what, deadline.limit)
+                    if error is not None:
+                        raise error
+                    raise NotifydTimeout(f"{item.what} did not complete within {deadline.limit} seconds: the daemon "
+                                         f"has read only part of it so far; the rest is written as it reads")
+        if item.state == _FAILED and item.error is not None:
+            raise item.error
+
+    def _timed_out(self, future: "concurrent.futures.Future[Any]", what: str, limit: float) -> Optional[NotifydError]:
+        """The error of a call whose deadline passed before ``future`` completed; ``None`` if it has completed
+        after all (its outcome stands).
+
+        A stalled daemon drops the connection (the call raises what the drop set). A request none of whose bytes
+        were written is taken back: never sent, and the connection stays. One written in part stays queued, and
+        one written waits for its answer in vain: the connection stays too.
+        """
+        with self._lock:
+            self._check_stall_locked(_SLACK)
+            if future.done() and not future.cancelled():  # a cancelled one is asyncio's wait_for giving up
+                return None
+            item = next((entry.outbound for entry in self._pending.values() if entry.future is future), None)
+            if item is not None and item.state == _FAILED and item.error is not None:
+                return item.error  # e.g. the stall just detected (a cancelled future could not take it)
+            if item is not None and item.state == _QUEUED:
+                error = self._take_back_locked(item, what, limit)
+                if error is not None:
+                    return error
+                return NotifydTimeout(f"{what} did not complete within {limit} seconds: the daemon has read only "
+                                      f"part of the request so far; the rest is written as it reads")
+        return NotifydTimeout(f"{what} did not complete within {limit} seconds")
 
     def _wait(self, future: "concurrent.futures.Future[T]", deadline: _Deadline, what: str) -> T:
         if threading.current_thread() is self._thread and not future.done():
@@ -865,14 +928,15 @@ class Center:
         except concurrent.futures.TimeoutError as error:
             if isinstance(error, NotifydError):  # set by _drop_locked (TimeoutError is one class since 3.11)
                 raise
-            self._expire_overdue(_SLACK)  # unwritten: drop the connection before reporting the timeout
-            raise NotifydTimeout(f"{what} did not complete within {deadline.limit} seconds") from None
+            failure = self._timed_out(future, what, deadline.limit)
+        if failure is None:
+            return future.result(0)
+        raise failure
 
     # ---- observations ----------------------------------------------------------------------------------------
 
     def _start_observation(self, pattern: str, callback: Callback, policy: Policy, current_value: bool,
-                           executor: Executor, on_end: Optional[Callable[[], None]] = None, *,
-                           deadline: Optional[_Deadline] = None
+                           executor: Executor, on_end: Optional[Callable[[], None]] = None
                            ) -> Tuple[Observation, Optional["concurrent.futures.Future[Any]"]]:
         """Registers an observation and sends its ``SUBSCRIBE`` (never blocks); the future is the daemon's
         answer (``None`` for a process-local pattern, or while disconnected)."""
@@ -884,8 +948,6 @@ class Center:
         validate_pattern(pattern, limit, allow_local=True)
         local = is_process_local(pattern)
         future: Optional["concurrent.futures.Future[Any]"] = None
-        if deadline is None:
-            deadline = self._deadline(None)
         if not local:
             self._ensure_started()
         with self._lock:
@@ -903,9 +965,11 @@ class Center:
             elif sock is not None:
                 future = concurrent.futures.Future()
                 request_id = self._take_request_id()
-                self._pending[request_id] = _Pending("subscribe", future, observation, what=f"observe {pattern!r}")
-                self._enqueue(sock, self._subscribe_frame(request_id, observation), deadline,
-                              f"observing {pattern!r}", request_id)
+                entry = _Pending("subscribe", future, observation, what=f"observe {pattern!r}")
+                self._pending[request_id] = entry
+                item = self._enqueue(sock, self._subscribe_frame(request_id, observation), f"observing {pattern!r}",
+                                     request_id, revocable=True)
+                entry.outbound = item if item.state == _QUEUED else None
             else:
                 self._routing = self._routing + (observation,)  # subscribed on reconnect
         return observation, future
@@ -929,8 +993,7 @@ class Center:
             request_id = self._take_request_id()
             what = f"unsubscribe {observation.pattern!r}"
             self._pending[request_id] = _Pending("background", what=what)
-            self._enqueue(sock, wire.Unsubscribe(request_id, observation.subscription_id).encode(),
-                          self._deadline(None), what, request_id)
+            self._enqueue(sock, wire.Unsubscribe(request_id, observation.subscription_id).encode(), what, request_id)
 
     def _deliver_locally(self, name: str, payload: bytes) -> int:
         notification = Notification(name, payload, 0, self._own_credentials)
@@ -997,7 +1060,7 @@ class Center:
                 self._pending[request_id] = _Pending("background", what="suspend (after reconnecting)")
                 frames.append(wire.Suspend(request_id).encode())
             # A failed write drops the connection; the reader then sees its end.
-            self._enqueue(sock, b"".join(frames), self._deadline(None), "the handshake", None)
+            self._enqueue(sock, b"".join(frames), "the handshake", None)
 
     def _ensure_started(self) -> None:
         """In a forked child, on first use: connects with a connection of its own and starts the I/O thread."""
@@ -1017,8 +1080,9 @@ class Center:
                 logger.debug("notifyd: connection attempt after fork failed: %s", error)
                 with self._lock:
                     self._handshake_error = error
-            thread = threading.Thread(target=self._run, args=(sock,), name="notifyd-io", daemon=True)
             with self._lock:
+                thread = threading.Thread(target=self._run, args=(sock, self._generation), name="notifyd-io",
+                                          daemon=True)
                 self._thread = thread
                 self._needs_start = False
             thread.start()
@@ -1029,8 +1093,10 @@ class Center:
         The connection, the pending requests, the observations, the suspension and the threads are the parent's:
         the child forgets them without touching the connection (it only closes its copy of the descriptors),
         and connects on first use (:meth:`_ensure_started`). Locks may have been held by threads that do not
-        exist here, so they are new.
+        exist here, so they are new. The generation changes: if the forking thread is the I/O thread (a
+        ``READER_THREAD`` callback forked), the loop it returns into is the parent's, and it ends (:meth:`_run`).
         """
+        self._generation += 1
         self._lock = threading.RLock()
         self._state_changed = threading.Condition(self._lock)
         self._start_lock = threading.Lock()
@@ -1045,7 +1111,8 @@ class Center:
             self._wake_r, self._wake_w = _wake_pair()
         self._sock = None
         self._out = collections.deque()
-        self._out_next = math.inf
+        self._out_since = 0.0
+        self._io_busy_since = None
         self._drop_reason = None
         self._pending = {}
         self._connected = False
@@ -1069,15 +1136,19 @@ class Center:
             self._wake_r.close()
             self._wake_w.close()
 
-    def _run(self, sock: Optional[socket.socket]) -> None:
+    def _run(self, sock: Optional[socket.socket], generation: int) -> None:
+        """The I/O thread. In a forked child, the loop of the thread that forked (a ``READER_THREAD`` callback
+        returning) sees a new generation and ends at once, touching nothing: the connection, the descriptors and
+        the wake-up pipe it knew are the parent's, and the child's center has its own I/O thread."""
         try:
-            self._reconnect_loop(sock)
+            self._reconnect_loop(sock, generation)
         finally:
-            self._close_wake_pair()
+            if self._generation == generation:
+                self._close_wake_pair()
 
-    def _reconnect_loop(self, sock: Optional[socket.socket]) -> None:
+    def _reconnect_loop(self, sock: Optional[socket.socket], generation: int) -> None:
         delay = self._initial_delay
-        while not self._closed:
+        while not self._closed and self._generation == generation:
             if sock is None:
                 try:
                     sock = self._open_socket()
@@ -1094,7 +1165,9 @@ class Center:
                     self._wake.wait(delay)
                     delay = min(delay * 2, self._max_delay)
                     continue
-            welcomed, reason = self._read(sock)
+            welcomed, reason = self._read(sock, generation)
+            if self._generation != generation:
+                return  # forked: this loop is the parent's
             self._connection_ended(sock, reason)
             sock = None
             if welcomed:
@@ -1108,9 +1181,9 @@ class Center:
             if not welcomed:
                 delay = min(delay * 2, self._max_delay)
 
-    def _read(self, sock: socket.socket) -> Tuple[bool, str]:
-        """Reads and handles frames, and writes the queued ones, until the connection ends; returns whether it
-        was welcomed, and why it ended."""
+    def _read(self, sock: socket.socket, generation: int) -> Tuple[bool, str]:
+        """Reads and handles frames, and writes the queued ones, until the connection ends (or a callback on this
+        thread forked, and this is the child); returns whether it was welcomed, and why it ended."""
         decoder = wire.FrameDecoder(from_daemon=True, max_frame_length=wire.MINIMUM_MAX_FRAME_LENGTH)
         welcomed = False
         fd = sock.fileno()
@@ -1121,14 +1194,25 @@ class Center:
         writing = False
         while True:
             with self._lock:
+                if self._generation != generation:
+                    return welcomed, "forked"
+                busy = self._io_busy_since
+                if busy is not None:
+                    # Back to poll(): the stall clock runs again, without the time spent away from it.
+                    self._io_busy_since = None
+                    if self._out:
+                        self._out_since = time.monotonic() - max(0.0, busy - self._out_since)
                 want_write = bool(self._out) and self._sock is sock
-                due = self._out_next if want_write else math.inf
+                due = self._out_since + self.timeout if want_write else math.inf
             if want_write != writing:
                 poller.modify(fd, (select.POLLIN | select.POLLOUT) if want_write else select.POLLIN)
                 writing = want_write
             wait_ms = None if due == math.inf else max(0, math.ceil((due - time.monotonic()) * 1000))
             readable = False
-            for ready_fd, mask in poller.poll(wait_ms):
+            ready = poller.poll(wait_ms)
+            with self._lock:
+                self._io_busy_since = time.monotonic()  # until the next poll(): see _stall_clock_locked
+            for ready_fd, mask in ready:
                 if ready_fd != fd:
                     try:
                         while wake.recv(4096):
@@ -1141,7 +1225,8 @@ class Center:
                 if mask & (select.POLLIN | select.POLLHUP | select.POLLERR | select.POLLNVAL):
                     readable = True
             if writing:
-                self._expire_overdue()
+                with self._lock:
+                    self._check_stall_locked()
             if not readable:
                 continue
             try:
@@ -1168,7 +1253,11 @@ class Center:
                         welcomed = True
                         decoder.max_frame_length = max(message.max_frame_length, wire.MINIMUM_MAX_FRAME_LENGTH)
                     self._handle(message)
+                    if self._generation != generation:
+                        return welcomed, "forked"  # by a READER_THREAD callback, and this is the child
             except Exception as caught:
+                if self._generation != generation:
+                    return welcomed, "forked"
                 # Whatever the daemon sent, the I/O thread goes on: the connection is closed and reconnected.
                 if isinstance(caught, ProtocolError):
                     protocol_error = caught
@@ -1363,7 +1452,7 @@ class Center:
                     del self._observations[observation.subscription_id]
                 self._routing = tuple(o for o in self._routing if o is not observation)
         if entry is not None and entry.future is not None:
-            entry.future.set_exception(error)
+            _fail(entry.future, error)  # (asyncio's wait_for may have cancelled it)
             return
         what = entry.what if entry is not None else "a request without acknowledgement (post_nowait)"
         logger.warning("notifyd: %s: %s", what, error.message)

@@ -186,15 +186,20 @@ class FakeDaemon:
 
     It sends ``WELCOME`` on every connection it accepts (with the limits given), then either never reads
     (``reads=False``: a stopped or hung daemon, or an impostor), or decodes each request and sends back the frames
-    ``answer(request)`` returns (by default a ``PONG`` for a ``PING``, nothing for anything else).
+    ``answer(request)`` returns (by default a ``PONG`` for a ``PING``, nothing for anything else). With a ``gate``
+    it reads only while the event is set (a daemon that has stopped reading this client for a while); every
+    request it decoded is in ``requests``, in order, recorded before it is answered.
     """
 
     def __init__(self, path: pathlib.Path, *, reads: bool = True,
                  answer: Optional[Callable[[Any], List[Any]]] = None,
-                 max_payload_length: int = 65_536, max_frame_length: int = 66_560) -> None:
+                 max_payload_length: int = 65_536, max_frame_length: int = 66_560,
+                 gate: Optional[threading.Event] = None) -> None:
         from notifyd import _wire as wire
         self.path = str(path)
         self.reads = reads
+        self.gate = gate
+        self.requests: List[Any] = []
         self.answer = answer if answer is not None else self.pong
         self.welcome = wire.Welcome(wire.PROTOCOL_VERSION, os.getpid(), os.urandom(16), 255, max_payload_length,
                                     max_frame_length, 1000, "fake notifyd").encode()
@@ -234,10 +239,15 @@ class FakeDaemon:
         decoder = wire.FrameDecoder(from_daemon=False, max_frame_length=self.max_frame_length)
         try:
             while True:
+                if self.gate is not None and not self.gate.wait(3 * TIMEOUT):
+                    return  # the test is over
                 data = conn.recv(1 << 16)
                 if not data:
                     return
                 for request in decoder.feed(data):
+                    with self._cond:
+                        self.requests.append(request)
+                        self._cond.notify_all()
                     for reply in self.answer(request):
                         conn.sendall(reply.encode())
         except (OSError, notifyd.ProtocolError):

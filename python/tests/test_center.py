@@ -150,6 +150,77 @@ def test_a_forked_child_connects_on_its_own(daemon: Daemon) -> None:
         assert [e for e in events.items if e.kind != notifyd.EventKind.CONNECTED] == []
 
 
+def _read_child_report(pid: int, read_end: int) -> Dict[str, Any]:
+    """The JSON a forked child wrote to the pipe; kills it and fails the test if it does not finish writing it."""
+    data = b""
+    with os.fdopen(read_end, "rb") as reader:
+        while True:
+            if not select.select([reader], [], [], 3 * TIMEOUT)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail(f"the forked child did not report within {3 * TIMEOUT} s")
+            chunk = reader.read1(65536)
+            if not chunk:
+                break
+            data += chunk
+    assert os.waitpid(pid, 0)[1] == 0
+    report: Dict[str, Any] = json.loads(data)
+    return report
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_fork_in_a_reader_thread_callback_leaves_one_io_loop_in_the_child(daemon: Daemon) -> None:
+    # The thread that forks is the I/O thread itself. In the child, once the callback returns, the loop it
+    # returns into belongs to the parent's connection: it must end, not poll reused descriptors, reconnect, and
+    # run beside the I/O thread the child's center starts for itself.
+    with daemon.center() as center:
+        center.set_state("forkcb.parent", 5)
+        got = Collector()
+        center.observe("forkcb.from_child", got)
+        read_end, write_end = os.pipe()
+        forked: List[int] = []
+        forked_once = threading.Event()
+
+        def in_child(inherited: threading.Thread) -> None:
+            report: Dict[str, Any] = {"pid": os.getpid()}
+            try:
+                inherited.join(TIMEOUT)  # the loop the callback returned into
+                report["inherited_loop_ended"] = not inherited.is_alive()
+                if report["inherited_loop_ended"]:
+                    report["state"] = center.get_state("forkcb.parent", timeout=TIMEOUT)
+                    center.post("forkcb.from_child", "hi")
+                    report["io_threads"] = sum(1 for t in threading.enumerate() if t.name == "notifyd-io")
+                    report["connections"] = sum(1 for c in center.clients() if c["pid"] == os.getpid())
+                center.close()
+            except BaseException as error:  # reported to the parent
+                report["error"] = repr(error)
+            try:
+                os.write(write_end, json.dumps(report).encode())
+            finally:
+                os._exit(0)
+
+        def fork_here(n: notifyd.Notification) -> None:
+            if forked_once.is_set():
+                return
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_end)
+                threading.Thread(target=in_child, args=(threading.current_thread(),), name="child work").start()
+                return  # into the inherited I/O loop
+            forked.append(pid)
+            forked_once.set()
+
+        center.observe("forkcb.go", fork_here, executor=notifyd.READER_THREAD)
+        center.post("forkcb.go")
+        assert forked_once.wait(TIMEOUT), "the callback did not fork"
+        os.close(write_end)
+        report = _read_child_report(forked[0], read_end)
+        assert "error" not in report and report["inherited_loop_ended"], report
+        assert report["state"] == 5 and report["io_threads"] == 1 and report["connections"] == 1, report
+        got.wait_for_name("forkcb.from_child")
+        assert center.get_state("forkcb.parent") == 5 and center.connected
+
+
 def test_patterns_route_each_notification_to_matching_observers(daemon: Daemon) -> None:
     with daemon.center() as observer_center, daemon.center() as poster:
         star, tail, exact, everything = Collector(), Collector(), Collector(), Collector()

@@ -125,6 +125,102 @@ def test_asyncio_sends_never_block_the_loop(tmp_path: pathlib.Path) -> None:
         fake.close()
 
 
+def _answers(request: Any) -> List[Any]:
+    """A daemon's answers to what the tests below send (and an OK plus one notification for a SUBSCRIBE)."""
+    if isinstance(request, wire.Post):
+        return [wire.Posted(request.request_id, 1, 0)] if request.flags & 0x01 else []
+    if isinstance(request, wire.Subscribe):
+        return [wire.Ok(request.request_id),
+                wire.NotificationFrame(1, os.getpid(), os.getuid(), os.getgid(), request.pattern, b"")]
+    if isinstance(request, wire.GetState):
+        return [wire.State(request.request_id, 0, 0)]
+    if isinstance(request, (wire.SetState, wire.Unsubscribe)):
+        return [wire.Ok(request.request_id)]
+    return FakeDaemon.pong(request)
+
+
+def _sent(fake: FakeDaemon) -> List[Any]:
+    """What the fake daemon has read after the HELLO: (frame type, name or pattern)."""
+    return [(type(r).__name__, getattr(r, "name", getattr(r, "pattern", None))) for r in fake.requests[1:]]
+
+
+def test_a_late_request_is_taken_back_and_the_connection_stays(tmp_path: pathlib.Path) -> None:
+    # The daemon reads, but not yet (the gate is closed): calls whose own deadline passes while their frames wait
+    # behind others give up, without treating the daemon as dead. The center's timeout (10 s) never runs out here.
+    gate = threading.Event()
+    fake = FakeDaemon(tmp_path / "slow.sock", gate=gate, answer=_answers, max_payload_length=BIG,
+                      max_frame_length=BIG + 1024)
+    center = notifyd.Center(fake.path, timeout=TIMEOUT, max_delay=0.1)
+    try:
+        events = Events()
+        center.add_event_listener(events)
+        # Only part of this frame fits in the socket: the call times out, and the rest stays queued, since the
+        # stream must stay whole.
+        outcome = call_bounded(lambda: center.post("slow.big", b"x" * BIG, timeout=0.2), "post(timeout=0.2)")
+        assert isinstance(outcome, notifyd.NotifydTimeout), outcome
+        # Nobody waits for an asyncio post_nowait: it has no deadline of its own and waits its turn.
+        notifyd.AsyncCenter(center).post_nowait("slow.tail", timeout=0)
+        # None of these was written by its deadline: each is taken back (never sent) and raises NotifydTimeout.
+        calls: List[Any] = [
+            ("post_nowait(timeout=0)", lambda: center.post_nowait("slow.never", timeout=0)),
+            ("post(timeout=0.2)", lambda: center.post("slow.never", timeout=0.2)),
+            ("get_state(timeout=0.2)", lambda: center.get_state("slow.never", timeout=0.2)),
+            ("observe(timeout=0.2)", lambda: center.observe("slow.never", lambda n: None, timeout=0.2)),
+        ]
+        for what, call in calls:
+            outcome = call_bounded(call, what)
+            assert isinstance(outcome, notifyd.NotifydTimeout) and "not sent" in str(outcome), (what, outcome)
+        assert center.connected
+        gate.set()  # the daemon reads again: everything queued is written, in order, on the same connection
+        center.synchronize()
+        assert _sent(fake) == [("Post", "slow.big"), ("Post", "slow.tail"), ("Ping", None)]
+        assert len(fake.requests[1].payload) == BIG
+        assert len(fake.connections) == 1 and center.connected
+        assert [e for e in events.items if e.kind == notifyd.EventKind.DISCONNECTED] == []
+    finally:
+        gate.set()
+        center.close()
+        fake.close()
+
+
+def test_a_busy_io_thread_does_not_make_the_daemon_look_stalled(tmp_path: pathlib.Path) -> None:
+    # The daemon stops reading a client that does not read its answers: here the I/O thread is busy in a
+    # READER_THREAD callback, and the gate is closed meanwhile. That time does not count as the daemon not
+    # reading, though it lasts longer than the center's timeout (0.5 s; the late call below waits 1 s).
+    gate = threading.Event()
+    gate.set()
+    in_callback, release = threading.Event(), threading.Event()
+    fake = FakeDaemon(tmp_path / "busy.sock", gate=gate, answer=_answers, max_payload_length=BIG,
+                      max_frame_length=BIG + 1024)
+    center = notifyd.Center(fake.path, timeout=0.5, max_delay=0.1)
+    try:
+        events = Events()
+        center.add_event_listener(events)
+
+        def busy(n: notifyd.Notification) -> None:
+            in_callback.set()
+            release.wait(3 * TIMEOUT)
+
+        center.observe("busy.go", busy, executor=notifyd.READER_THREAD, timeout=TIMEOUT)
+        assert in_callback.wait(TIMEOUT), "the callback did not run"
+        gate.clear()
+        notifyd.AsyncCenter(center).post_nowait("busy.big", b"x" * BIG)  # more than the socket takes
+        outcome = call_bounded(lambda: center.post("busy.late", timeout=1.0), "post(timeout=1.0)")
+        assert isinstance(outcome, notifyd.NotifydTimeout) and "not sent" in str(outcome), outcome
+        assert center.connected
+        gate.set()
+        release.set()
+        center.synchronize(timeout=TIMEOUT)
+        assert _sent(fake) == [("Subscribe", "busy.go"), ("Post", "busy.big"), ("Ping", None)]
+        assert len(fake.connections) == 1 and center.connected
+        assert [e for e in events.items if e.kind == notifyd.EventKind.DISCONNECTED] == []
+    finally:
+        gate.set()
+        release.set()
+        center.close()
+        fake.close()
+
+
 def _malformed_answers(case: str) -> Callable[[Any], List[Any]]:
     def answer(request: Any) -> List[Any]:
         if isinstance(request, wire.Query) and case == "a part that is not an array":
