@@ -13,14 +13,12 @@ import NotifyWire
 /// socket stays readable: without care the loop would retry at once, forever, at full CPU, while the client
 /// waits for a `WELCOME` that never comes. So, as nginx and libev do, the guard keeps one descriptor in reserve
 /// (`/dev/null`): it gives it up to accept each pending connection, answers `ERROR unavailable` and closes
-/// it, then takes the reserve back; and it stops accepting for ``backoff`` before trying again. It reports
+/// it, then takes the reserve back; and it stops accepting for a while (``AcceptPause``) before trying again. It reports
 /// once per ``reportInterval`` how many connections it refused.
 final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = Channel
     typealias InboundOut = Channel
 
-    /// How long accepting pauses after running out of descriptors.
-    static let backoff = TimeAmount.milliseconds(100)
     /// At most one log message per this interval.
     static let reportInterval = TimeAmount.seconds(10)
 
@@ -28,7 +26,7 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
     private var reserve: CInt
     private let broker: NIOLoopBound<Broker>
     private let logger: Logger
-    private var resumeAccepting: Scheduled<Void>?
+    private let pause = AcceptPause()
     private var lastReport: NIODeadline?
     private var refusedSinceReport: UInt64 = 0
     private var failuresSinceReport: UInt64 = 0
@@ -68,20 +66,11 @@ final class AcceptGuard: ChannelInboundHandler, RemovableChannelHandler {
         failuresSinceReport += 1
         refusedSinceReport += refused
         report(errno: failure.errnoCode)
-        guard resumeAccepting == nil else { return }
-        // Off the epoll set for a while: NIO leaves its read pending after a failed accept, so holding back its
-        // next read() would not stop a level-triggered socket with clients waiting from waking the loop again.
-        context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
-        resumeAccepting = context.eventLoop.assumeIsolated().scheduleTask(in: Self.backoff) { [self] in
-            resumeAccepting = nil
-            context.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
-            context.read()
-        }
+        pause.pause(context)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        resumeAccepting?.cancel()
-        resumeAccepting = nil
+        pause.cancel()
     }
 
     /// Accepts every connection waiting in the kernel's queue on the reserve descriptor, tells it why and closes
