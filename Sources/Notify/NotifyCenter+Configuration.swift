@@ -42,7 +42,8 @@ extension NotifyCenter {
         public var pendingDeliveryLimit = 8 << 20
         /// How many bytes of posts and requests may wait for a daemon that does not read them (stopped, hung) before
         /// `post` and requests throw ``NotifyError/daemonNotReading(queuedBytes:)`` instead of queueing more.
-        /// Default: 16 MiB. A poster is never slowed: it is told.
+        /// Default: 16 MiB. A poster is never slowed: it is told. Subscribing and cancelling are never refused.
+        /// What waits in all is up to about twice this, plus the channel's 4 MiB and the socket's buffers.
         public var outgoingLimit = 16 << 20
 
         /// Creates a configuration; every parameter has the default described on its property.

@@ -78,9 +78,10 @@ final class BucketMirror: Sendable {
     /// Puts waiting: the latest per key, keys in the order they first waited. Bounded by the number of names.
     private let waiting = NIOLockedValueBox(OrderedDictionary<String, Put>())
     private let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-    /// Entries to apply locally, in the order the ledger let them through, the latest per name: while the local
-    /// daemon is away it holds one per name, not every change the fleet makes meanwhile.
-    private let applies = CoalescingQueue<MirroredValue>()
+    /// Entries to apply locally, the latest per bucket key (a name's state and its retained notification are two
+    /// keys), keys in the order the ledger first let them through: while the local daemon is away it holds one per
+    /// key, not every change the fleet makes meanwhile.
+    private let applies = CoalescingQueue<(name: String, value: MirroredValue)>()
     /// Restarts of the local daemon asked for (``restart()``), and the wake-up of the session under way. A stream
     /// of each session's own: a stream whose waiting reader is cancelled (a session ending for another reason)
     /// ends for good.
@@ -370,16 +371,16 @@ final class BucketMirror: Sendable {
             if source.sequence == 0 { source.sequence = entry.revision }
             value = .retained(payload: entry.value, origin: source.notificationOrigin)
         }
-        // Decided and queued under one lock: the applies happen in the order the ledger decided them.
+        // Decided and queued under one lock: for each key, what is applied is the last value the ledger let through.
         ledger.withLockedValue { ledger in
             if ledger.received(entry.key, revision: entry.revision, value: value) {
-                applies.put(value, for: name)
+                applies.put((name, value), for: entry.key)
             }
         }
     }
 
     private func applyEntries() async {
-        while let (name, value) = await applies.next() {
+        while let (_, (name, value)) = await applies.next() {
             switch value {
             case .state(let number):
                 do {
@@ -517,7 +518,7 @@ final class BucketMirror: Sendable {
             }
             ledger.withLockedValue { ledger in
                 if let newer = ledger.didPut(key, revision: revision), isImported(put.name) {
-                    applies.put(newer, for: put.name)
+                    applies.put((put.name, newer), for: key)
                 }
             }
         }

@@ -23,7 +23,7 @@ package final class CoalescingQueue<Value: Sendable>: Sendable {
     }
 
     /// The first key waiting and its latest value; waits for one, and returns `nil` once ``finish()`` was called
-    /// and nothing waits, or when the task is cancelled.
+    /// and nothing waits, or when the task is cancelled (which ends the waiting for good: one consumer, once).
     package func next() async -> (key: String, value: Value)? {
         var wakes = wake.stream.makeAsyncIterator()
         while true {

@@ -148,6 +148,10 @@ extension NotifyServer {
                     guard let descriptor = listener.descriptor else {
                         return .failure(ReplaceChannel.Failure("the running daemon is still starting; try again"))
                     }
+                    // Stopping already: its descriptor number may have been reused (even by this request's socket).
+                    guard listener.channel?.isActive == true else {
+                        return .failure(ReplaceChannel.Failure("the running daemon is stopping; start the new one afresh"))
+                    }
                     // Taken before anything stops: out of descriptors, the request is refused and every client is
                     // still served; a hand-over without the listening socket would fail after all were closed.
                     let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 3)

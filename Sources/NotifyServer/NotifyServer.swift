@@ -169,7 +169,10 @@ package final class NotifyServer: Service, Sendable {
             channel.close(promise: nil)
         }
         let replace = listener.withLockedValue { listener in
-            defer { listener.channel = nil }
+            defer {
+                listener.channel = nil
+                listener.descriptor = nil
+            }
             return listener.replace
         }
         let replaceConnection = replace?.connection

@@ -75,7 +75,7 @@ struct ConfigurationReloader: Service, CustomStringConvertible {
         let waiter = NIOLockedValueBox<(continuation: CheckedContinuation<Outcome, Never>?, shuttingDown: Bool)>(
             (nil, false))
         let source = self.source
-        return await withGracefulShutdownHandler {
+        return await withTaskCancellationOrGracefulShutdownHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
                 let stopping = waiter.withLockedValue { state -> Bool in
                     if state.shuttingDown { return true }
@@ -96,7 +96,7 @@ struct ConfigurationReloader: Service, CustomStringConvertible {
                 thread.name = "notifyd-reload"
                 thread.start()
             }
-        } onGracefulShutdown: {
+        } onCancelOrGracefulShutdown: {
             waiter.withLockedValue { state in
                 state.shuttingDown = true
                 defer { state.continuation = nil }

@@ -1,6 +1,5 @@
 import Foundation
 import NIOCore
-import NIOEmbedded
 import NIOPosix
 import NotifyTestSupport
 import NotifyWire
@@ -228,21 +227,26 @@ struct IdentityLookupTests {
                 return [gid]
             },
             command: { _ in nil })
-        let loop = EmbeddedEventLoop()
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
         let pool = NIOThreadPool(numberOfThreads: 1)
         pool.start()
-        let resolver = PeerIdentityResolver(eventLoop: loop, pool: pool, lookup: lookup)
-        let credentials = SenderCredentials(pid: 1, uid: 4202, gid: 4302)
-        // One connection stays; 1,000 more come and go while the lookup hangs.
-        resolver.resolve(credentials, groupsFound: { _ in }, commandFound: { _ in }, isWaiting: { true })
-        for _ in 0..<1_000 {
-            resolver.resolve(credentials, groupsFound: { _ in }, commandFound: { _ in }, isWaiting: { false })
-        }
-        #expect(resolver.groupLookups == 1)
-        #expect(resolver.waitingConnections <= 128, "\(resolver.waitingConnections) connections kept for one hung lookup")
+        // The resolver lives on its event loop, as in the server.
+        let (lookups, kept) = try await loop.submit {
+            let resolver = PeerIdentityResolver(eventLoop: loop, pool: pool, lookup: lookup)
+            let credentials = SenderCredentials(pid: 1, uid: 4202, gid: 4302)
+            // One connection stays; 1,000 more come and go while the lookup hangs.
+            resolver.resolve(credentials, groupsFound: { _ in }, commandFound: { _ in }, isWaiting: { true })
+            for _ in 0..<1_000 {
+                resolver.resolve(credentials, groupsFound: { _ in }, commandFound: { _ in }, isWaiting: { false })
+            }
+            return (resolver.groupLookups, resolver.waitingConnections)
+        }.get()
+        #expect(lookups == 1)
+        #expect(kept <= 128, "\(kept) connections kept for one hung lookup")
         gate.open()
         try await pool.shutdownGracefully()
-        try await loop.shutdownGracefully()
+        try await group.shutdownGracefully()
     }
 
     @Test("The system lookup finds this process's command and its primary group")
