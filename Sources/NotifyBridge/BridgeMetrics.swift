@@ -48,6 +48,8 @@ final class BridgeMetrics: Sendable {
         case .bucketWatchRestarts: return ("bucket_watch_restarts", "Times the key-value bucket's mirror started over: its watch failed, or its bucket was gone.", nil)
         case .bucketReplaced:
             return ("bucket_replaced", "Times the key-value bucket was found deleted and created again.", nil)
+        case .bucketEntries:
+            return ("bucket_entries", "Entries the key-value bucket's watch delivered, applied or not.", nil)
         case .importSkippedOwn: return nil
         }
     }

@@ -54,6 +54,8 @@ package enum BridgeCounter: Int, CaseIterable, Sendable {
     /// Times the bucket was found deleted and created again (its revisions started over): the bridge forgot what it
     /// knew of the old one and put this host's values into the new one.
     case bucketReplaced
+    /// Entries the bucket's watch delivered (puts, deletes and purges, of any name), applied or not.
+    case bucketEntries
 
     /// The counter's name: the case name.
     var key: String { "\(self)" }

@@ -334,6 +334,7 @@ final class BucketMirror: Sendable {
     }
 
     private func importEntry(_ entry: NATSKeyValueEntry) {
+        counters.bump(.bucketEntries)
         guard entry.operation == .put else {
             bucketValues.withLockedValue { $0[entry.key] = nil }
             return

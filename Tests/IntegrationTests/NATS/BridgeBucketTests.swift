@@ -266,6 +266,49 @@ struct BridgeBucketTests {
         }
     }
 
+    @Test("a name's state and retained value changed while the bridge waits on its daemon both arrive, the latest of each")
+    func stateAndRetainedOfOneName() async throws {
+        try await withIntegrationScope { scope in
+            let server = try await jetStreamServer(in: scope)
+            let daemon = try await scope.startDaemon()
+            let bridge = try launchBucketBridge(in: scope, socket: scope.socketPath, server: server, hostID: "host-b")
+            defer { bridge.send(SIGKILL) }
+            try await bridge.waitForLine(containing: "applied the current entries")
+            let seen = try await statistics(of: bridge)["bucket_entries"] ?? 0
+
+            // The daemon stops answering: the bridge's next apply (a state value) waits for it, and what the bucket
+            // delivers meanwhile waits behind it: the retained value and a newer state value of the same name.
+            daemon.child.send(SIGSTOP)
+            let nats = try await NATSClient.connected(to: [server.url])
+            let kv = try await nats.keyValue(bucket: "fleet", createIfMissing: false)
+            _ = try await kv.put("state.org.example.both", value: Array("5".utf8))
+            // Received, so taken by the applying task (a wake-up away), which then waits on the stopped daemon.
+            _ = try await poll("the bridge to receive the first entry", timeout: 20) {
+                (try await statistics(of: bridge)["bucket_entries"] ?? 0) >= seen + 1 ? true : nil
+            }
+            _ = try await kv.put("retained.org.example.both", value: Array("banner".utf8))
+            _ = try await kv.put("state.org.example.both", value: Array("6".utf8))
+            _ = try await poll("the bridge to receive the three entries", timeout: 20) {
+                (try await statistics(of: bridge)["bucket_entries"] ?? 0) >= seen + 3 ? true : nil
+            }
+            daemon.child.send(SIGCONT)
+
+            let center = try await NotifyCenter.connect(configuration: .init(socketPath: scope.socketPath))
+            _ = try await poll("state 6 and the retained banner on the daemon", timeout: 20) { () async throws -> Bool? in
+                let seenRetained = Locked<[String]>([])
+                let observation = try center.observe(
+                    "org.example.both", on: .immediate, options: ObservationOptions(receivesCurrentValue: true)
+                ) { note in if note.isRetained { seenRetained.withLock { $0.append(note.payloadString ?? "") } } }
+                try await center.synchronize()
+                observation.cancel()
+                let state = try await center.state(of: "org.example.both")
+                return state == 6 && seenRetained.withLock({ $0 }) == ["banner"] ? true : nil
+            }
+            await center.close()
+            await nats.close()
+        }
+    }
+
     @Test("a bucket deleted and created again under running bridges gets each host's values back, and changes cross it both ways although its revisions started over")
     func survivesReplacedBucket() async throws {
         try await withIntegrationScope { scope in
