@@ -10,7 +10,7 @@ import Testing
 
 /// Requests to a daemon that does not answer, or answers with the wrong kind of frame: the caller is never left
 /// waiting for good, and a suspension its caller was told had failed is not replayed.
-@Suite("Unanswered requests", .timeLimit(.minutes(2)))
+@Suite("Unanswered requests", .timeLimit(.minutes(TestScale.minutes(2))))
 struct UnansweredRequestTests {
     /// How the fake daemon answers a request.
     enum Answer: Sendable {
