@@ -105,7 +105,11 @@ package final class TestServer: Sendable {
         }
         let address: String
         do {
-            address = try await listening.wait(for: "the server at \(path) to call onListening")
+            // Generous: run() makes its way to listening on the cooperative pool, which two cores loaded by a whole
+            // suite of in-process servers and clients starve for seconds (the fresh-clone CI of c7f4b32 timed out
+            // eight starts at 15 s); a start is not what these tests time.
+            address = try await listening.wait(
+                timeout: .seconds(Int64(TestScale.timeout(60))), for: "the server at \(path) to call onListening")
         } catch let error as TestFailure {
             runTask.cancel()
             throw error
