@@ -33,6 +33,19 @@ extension Integration {
             }
         }
 
+        /// Connects clients to a daemon started under `ulimit -n 40` until one is refused: the ones served, and the
+        /// refusal.
+        private static func fillDescriptorTable(_ path: String) async throws -> (served: [TestClient], refusal: ErrorFrame) {
+            var served: [TestClient] = []
+            while true {
+                try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
+                switch try await greet(path) {
+                case .welcome(let connection): served.append(connection)
+                case .refused(let error): return (served, error)
+                }
+            }
+        }
+
         @Test("at the descriptor limit new clients get ERROR unavailable at once, others go on, and it recovers")
         func refusesAtTheLimit() async throws {
             try await withIntegrationScope { scope in
@@ -41,16 +54,8 @@ extension Integration {
                 }.child
 
                 // Fill the daemon's descriptor table with clients that got WELCOME.
-                var served: [TestClient] = []
-                var firstRefusal: ErrorFrame?
-                while firstRefusal == nil {
-                    try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
-                    switch try await Self.greet(scope.socketPath) {
-                    case .welcome(let connection): served.append(connection)
-                    case .refused(let error): firstRefusal = error
-                    }
-                }
-                let refusal = try #require(firstRefusal)
+                let (filled, refusal) = try await Self.fillDescriptorTable(scope.socketPath)
+                var served = filled
                 #expect(refusal.code == .unavailable && refusal.closesConnection, "\(refusal)")
                 #expect(refusal.message.contains("file descriptor"), "\(refusal.message)")
 
@@ -106,15 +111,7 @@ extension Integration {
                 }.child
                 try await manager.waitForMessage("READY=1") { $0.notifyAssignments["READY"] == "1" }
 
-                var served: [TestClient] = []
-                var refused = false
-                while !refused {
-                    try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
-                    switch try await Self.greet(scope.socketPath) {
-                    case .welcome(let connection): served.append(connection)
-                    case .refused: refused = true
-                    }
-                }
+                let (served, _) = try await Self.fillDescriptorTable(scope.socketPath)
                 // The table is full (the reserve is taken back after each refusal): every ping from now on is sent
                 // at the limit.
                 _ = manager.drain()
@@ -143,15 +140,7 @@ extension Integration {
                 let child = try await DaemonProcess.start(socketPath: scope.socketPath, options: ["--metrics-socket", metrics]) {
                     try scope.launch($0, $1, after: "ulimit -n 40")
                 }.child
-                var served: [TestClient] = []
-                var refused = false
-                while !refused {
-                    try #require(served.count < 64, "40 descriptors and still no refusal after \(served.count) clients")
-                    switch try await Self.greet(scope.socketPath) {
-                    case .welcome(let connection): served.append(connection)
-                    case .refused: refused = true
-                    }
-                }
+                let (served, _) = try await Self.fillDescriptorTable(scope.socketPath)
                 // Scrapers in the metrics listener's queue, which the daemon cannot accept now.
                 let scrapers = try (0..<3).map { _ in try UnixSocketAddress.connectedDescriptor(metrics) }
                 defer { for scraper in scrapers { close(scraper) } }
