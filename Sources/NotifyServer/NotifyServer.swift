@@ -124,6 +124,7 @@ package final class NotifyServer: Service, Sendable {
                 },
                 eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(50), delay: .milliseconds(50)) { _ in
                     broker.value.releaseHeldPeers()
+                    broker.value.identities.commands.readPending()
                 },
             ]
         }.get()
@@ -270,10 +271,12 @@ package final class NotifyServer: Service, Sendable {
                         AcceptGuard(listeningDescriptor: descriptor, broker: broker, logger: logger))
                 }
             }
-            .childChannelOption(ChannelOptions.allowRemoteHalfClosure, value: true)
-            .childChannelOption(ChannelOptions.recvAllocator, value: Self.peerReceiveAllocator)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // Set here rather than as child options, which NIO applies one future at a time per connection.
+                    guard let options = channel.syncOptions else { throw ChannelError.operationUnsupported }
+                    try options.setOption(ChannelOptions.allowRemoteHalfClosure, value: true)
+                    try options.setOption(ChannelOptions.recvAllocator, value: Self.peerReceiveAllocator)
                     try channel.pipeline.syncOperations.addHandler(PeerChannelHandler(broker: broker.value))
                 }
             }

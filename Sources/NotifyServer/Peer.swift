@@ -58,13 +58,28 @@ final class Peer {
     /// together with ``subscriptions``'.
     var stateSubscriptions = SubscriptionTable()
     let account: UserAccount
-    private(set) var logger: Logger
+    /// Its log events carry its number, credentials and client name. Made at its first event: most connections
+    /// log nothing, and the stream handler formats its metadata anew on each change.
+    var logger: Logger {
+        if let describedLogger { return describedLogger }
+        var logger = broker.logger
+        var metadata = logger.handler.metadata
+        metadata["connection"] = "\(number)"
+        metadata["pid"] = "\(credentials.pid)"
+        metadata["uid"] = "\(credentials.uid)"
+        if phase != .awaitingHello { metadata["client"] = "\(clientName)" }
+        logger.handler.metadata = metadata
+        describedLogger = logger
+        return logger
+    }
+    private var describedLogger: Logger?
 
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     let credentials: SenderCredentials
     /// Its uid and groups for access decisions; the groups are complete once ``identityFound(groups:)`` ran.
     private(set) var identity: AccessControl.Identity
-    /// The command name read when the connection opened (`nil`: unknown yet, or hidden by the sandbox).
+    /// The command name, read at the first tick after the connection opened (`nil`: unknown yet, or hidden by the
+    /// sandbox).
     var command: String?
     private(set) var clientName = ""
     /// The `HELLO` flags: whether it takes the origin of relayed posts (``HelloFlags/origins``).
@@ -87,10 +102,8 @@ final class Peer {
         self.identity = AccessControl.Identity(uid: credentials.uid, groups: [credentials.gid])
         self.account = broker.accounts.account(for: credentials.uid)
         self.queue = DeliveryQueue(limit: broker.configuration.outboundByteLimit, account: account)
-        self.logger = broker.logger
         (number, slot) = broker.register(self)
-        Self.describe(&logger, number: number, credentials: credentials)
-        logger.debug("connection opened")
+        if broker.logger.logLevel <= .debug { logger.debug("connection opened") }
         if let denial = account.chargeConnection() {
             logger.warning(
                 "connection refused: per-user connection quota reached",
@@ -111,10 +124,8 @@ final class Peer {
         self.identity = AccessControl.Identity(uid: record.credentials.uid, groups: Set(record.groups))
         self.account = broker.accounts.account(for: record.credentials.uid)
         self.queue = DeliveryQueue(limit: broker.configuration.outboundByteLimit, account: account)
-        self.logger = broker.logger
         self.command = record.command
         (number, slot) = broker.register(self, restoredNumber: record.number)
-        Self.describe(&logger, number: number, credentials: credentials)
         account.chargeRestored(connections: 1)
         switch record.phase {
         case .awaitingHello: phase = .awaitingHello
@@ -146,7 +157,9 @@ final class Peer {
         if queue.heldBytes > 0 { broker.startedHolding(self) }
         if record.phase == .closing { closeAfterFlushing() }
         if queue.hasUnflushedBytes { broker.markDirty(self) }
-        logger.debug("connection taken over", metadata: ["subscriptions": "\(subscriptionCount)"])
+        if broker.logger.logLevel <= .debug {
+            logger.debug("connection taken over", metadata: ["subscriptions": "\(subscriptionCount)"])
+        }
     }
 
     var isOpen: Bool { phase == .open }
@@ -169,17 +182,7 @@ final class Peer {
         phase = .open
         clientName = name
         helloFlags = flags
-        logger[metadataKey: "client"] = "\(clientName)"
-    }
-
-    /// Puts the connection's number and credentials in the metadata of its log events, in one assignment: the
-    /// stream handler formats its metadata anew on each change.
-    private static func describe(_ logger: inout Logger, number: UInt64, credentials: SenderCredentials) {
-        var metadata = logger.handler.metadata
-        metadata["connection"] = "\(number)"
-        metadata["pid"] = "\(credentials.pid)"
-        metadata["uid"] = "\(credentials.uid)"
-        logger.handler.metadata = metadata
+        describedLogger?[metadataKey: "client"] = "\(clientName)"
     }
 
     // MARK: Output

@@ -55,8 +55,16 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     /// How many frames ahead a poster spreading its posts over names has their routes loaded at once.
     static let prefetchGroup = 16
 
-    /// The socket's cookie (`SO_COOKIE`), read when it became active: what a hand-over matches sockets by.
-    private(set) var cookie: UInt64 = 0
+    /// The socket's cookie (`SO_COOKIE`): what a hand-over matches sockets by. Read at the first hand-over that
+    /// asks (0 once the channel is gone), not per connection: most connections are never handed over.
+    var cookie: UInt64 {
+        if let knownCookie { return knownCookie }
+        guard let context else { return 0 }
+        let cookie = SocketCookie.read(from: context.channel) ?? 0
+        knownCookie = cookie
+        return cookie
+    }
+    private var knownCookie: UInt64?
     /// How the connection starts: accepted, taken over with its record, or taken over without one (the
     /// snapshot could not be read): that client is sent `GOODBYE` and reconnects.
     private var origin: Origin
@@ -118,7 +126,6 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        cookie = SocketCookie.read(from: context.channel) ?? 0
         if case .handedOver(let record) = origin {
             takeOver(record, context: context)
             return
@@ -426,12 +433,17 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private func takeOver(_ record: HandoverSnapshot.PeerRecord, context: ChannelHandlerContext) {
         let peer = Peer(broker: broker, restoring: record, transport: self)
         self.peer = peer
+        let commandFound: (String?) -> Void = { [weak peer] command in if peer?.command == nil { peer?.command = command } }
+        let isWaiting = { [weak peer] in peer?.isServing == true }
         if record.groups == [record.credentials.gid] {
             // Handed over before its groups were known (or it has none but its primary one): look again, in the
             // background; the connection is served meanwhile with what it had.
             broker.identities.resolve(
                 record.credentials, groupsFound: { [weak peer] groups in peer?.identityFound(groups: groups) },
-                commandFound: { [weak peer] command in if peer?.command == nil { peer?.command = command } })
+                commandFound: commandFound, isWaiting: isWaiting)
+        } else if record.command == nil {
+            // Handed over before the predecessor's tick read its name.
+            broker.identities.commands.enqueue(pid: record.credentials.pid, found: commandFound, isWaiting: isWaiting)
         }
         if !record.inbound.isEmpty { accumulator.append(ByteBuffer(bytes: record.inbound)) }
         readingPausedForHandover = true

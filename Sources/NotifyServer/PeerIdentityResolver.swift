@@ -6,7 +6,7 @@ import NotifyWire
 /// loop, so a slow NSS source delays only the connections waiting for it.
 ///
 /// A user's groups are cached for ``PeerIdentityLookup/groupCacheSeconds``: its next connections get them at
-/// once, without leaving the event loop, and only the command name is read in the background. Connections of one
+/// once, without leaving the event loop; command names are read in batches (``CommandNameReader``). Connections of one
 /// user whose groups are being looked up wait for that lookup rather than queue one each, so hung lookups hold at
 /// most one pool thread per user; and none waits past ``PeerIdentityLookup/answerDeadlineSeconds``: it is then
 /// served with the kernel's primary group, and given the full groups when the lookup answers. A failed lookup is
@@ -39,6 +39,8 @@ final class PeerIdentityResolver {
     private let eventLoop: EventLoop
     private let pool: NIOThreadPool?
     private let lookup: PeerIdentityLookup
+    /// Command names, read at the server's tick for the connections still open then.
+    let commands: CommandNameReader
     private var cache: [Key: (groups: Set<UInt32>, expires: NIODeadline)] = [:]
     private var flights: [Key: Flight] = [:]
     /// Group lookups started so far (tests count them).
@@ -54,13 +56,15 @@ final class PeerIdentityResolver {
         self.eventLoop = eventLoop
         self.pool = pool
         self.lookup = lookup
+        self.commands = CommandNameReader(eventLoop: eventLoop, pool: pool, command: lookup.command)
     }
 
     /// Finds `credentials`' groups and command name. `groupsFound` runs on the event loop: at once when the
     /// groups are cached, else after the lookup, or at its deadline with the primary group only and then again
-    /// with the full groups; `commandFound` runs on the event loop once the command name is read.
+    /// with the full groups; `commandFound` runs on the event loop once the command name is read, after the next
+    /// tick (``CommandNameReader``), if the connection is still open then.
     ///
-    /// `isWaiting` tells whether the connection still wants the answer (it may close while the lookup hangs).
+    /// `isWaiting` tells whether the connection still wants the answers (it may close while the lookup hangs).
     func resolve(
         _ credentials: SenderCredentials, groupsFound: @escaping (Set<UInt32>) -> Void,
         commandFound: @escaping (String?) -> Void, isWaiting: @escaping () -> Bool = { true }
@@ -78,14 +82,7 @@ final class PeerIdentityResolver {
             flights[key] = flight
             startGroupLookup(key)
         }
-        let lookup = self.lookup
-        guard let pool else {
-            commandFound(lookup.command(credentials.pid))
-            return
-        }
-        pool.runIfActive(eventLoop: eventLoop) { lookup.command(credentials.pid) }.assumeIsolated().whenComplete {
-            commandFound((try? $0.get()) ?? nil)
-        }
+        commands.enqueue(pid: credentials.pid, found: commandFound, isWaiting: isWaiting)
     }
 
     private func startGroupLookup(_ key: Key) {

@@ -82,15 +82,21 @@ struct IdentityLookupTests {
             for index in 0..<100 {
                 #expect(try await subscriber.nextNotification().payload == ByteBuffer(bytes: [UInt8(index)]))
             }
-            let clients = try await Self.clients(of: poster)
+            _ = try await Self.clients(of: poster, until: "poster")
             #expect(gate.blockedCount == 1, "the newcomer's lookup was still hanging meanwhile")
 
             // Once its lookup returns, the newcomer is served, with what the lookup found.
             gate.open()
             guard case .welcome = try await stuck.next() else { throw TestFailure("expected WELCOME") }
-            let listed = try await Self.clients(of: poster)
-            #expect(clients.contains { $0.clientName == "poster" && $0.command == "hanging-lookup-test" })
-            #expect(listed.contains { $0.clientName == "stuck" && $0.command == "hanging-lookup-test" })
+            _ = try await Self.clients(of: poster, until: "stuck")
+        }
+    }
+
+    /// Queries `client`'s connections until the one named `clientName` shows the command this suite's lookups give.
+    private static func clients(of client: TestClient, until clientName: String) async throws -> [DaemonClient] {
+        try await poll("\(clientName)'s command name", timeout: .seconds(TestScale.timeout(10))) {
+            let clients = try await Self.clients(of: client)
+            return clients.contains { $0.clientName == clientName && $0.command == "hanging-lookup-test" } ? clients : nil
         }
     }
 

@@ -112,7 +112,11 @@ struct IntrospectionQueryTests {
             try await alice2.expectOK("SUSPEND") { .suspend(requestID: $0) }
             try await root.subscribe("org.example.a", id: 1)
 
-            let everyone = try await root.query([DaemonClient].self, .clients)
+            // Command names are read at the daemon's 50 ms tick, for the connections open then.
+            let everyone = try await poll("every connection's command name", timeout: .seconds(TestScale.timeout(10))) {
+                let clients = try await root.query([DaemonClient].self, .clients)
+                return clients.count == 4 && clients.allSatisfy { $0.command != nil } ? clients : nil
+            }
             #expect(everyone.map(\.clientName) == ["root-client", "alice-1", "alice-2", "bob"], "in connection order")
             #expect(everyone.map(\.uid) == [0, 4201, 4201, 4202])
             #expect(everyone.map(\.gid) == [0, 4301, 4301, 4302])
