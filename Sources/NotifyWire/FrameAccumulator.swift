@@ -7,7 +7,13 @@ import NIOCore
 /// each user gets a copy specialized for its frame type: an unspecialized generic copy looks up type metadata
 /// on every frame.
 package struct FrameAccumulator<Frame: WireFrameDecodable> {
+    /// The bytes frames are cut from. `nil` when nothing is buffered; then ``spill`` is `nil` too.
     @usableFromInline var buffer: ByteBuffer?
+    /// The rest of a read whose first bytes completed the partial frame `buffer` held (see ``append(_:)``): taken
+    /// as `buffer` once that is used up.
+    @usableFromInline var spill: ByteBuffer?
+    /// Bytes copied by ``append(_:)`` so far (tests check that a read costs at most one frame's copy).
+    package private(set) var copiedBytes = 0
     /// Frames longer than this (after the length prefix) are rejected with ``WireDecodingError/frameTooLarge(length:limit:)``.
     package var maxFrameLength: UInt32
 
@@ -19,19 +25,60 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
 
     /// Bytes received but not yet returned as part of a frame.
     @inlinable
-    package var bufferedBytes: Int { buffer?.readableBytes ?? 0 }
+    package var bufferedBytes: Int { (buffer?.readableBytes ?? 0) + (spill?.readableBytes ?? 0) }
 
     /// The bytes received and not yet returned as frames (a hand-over carries them to the next daemon).
-    package var bufferedContents: [UInt8] { buffer.map { Array($0.readableBytesView) } ?? [] }
+    package var bufferedContents: [UInt8] {
+        (buffer.map { Array($0.readableBytesView) } ?? []) + (spill.map { Array($0.readableBytesView) } ?? [])
+    }
 
     /// Adds bytes read from the stream.
+    ///
+    /// A read usually arrives when every whole frame before it was taken, and what is left is the start of one
+    /// frame: then only that frame is completed, in a buffer of its size, and the rest of the read is kept where NIO
+    /// read it. Appending the whole read instead copied every byte of a stream of large frames once more, and again
+    /// when the growing buffer was reallocated and compacted.
     @inlinable
     package mutating func append(_ bytes: ByteBuffer) {
-        if buffer == nil || buffer!.readableBytes == 0 {
+        guard buffer != nil, buffer!.readableBytes > 0 else {
             buffer = bytes
-        } else {
-            buffer!.writeImmutableBuffer(bytes)
+            return
         }
+        guard spill == nil else {
+            // Frames were left untaken (back-pressure, a turn's budget): the read goes after them.
+            copiedBytes += bytes.readableBytes
+            spill!.writeImmutableBuffer(bytes)
+            return
+        }
+        let held = buffer!.readableBytes
+        guard let length = buffer!.getInteger(at: buffer!.readerIndex, endianness: .big, as: UInt32.self),
+            length > 0, length <= maxFrameLength, ProtocolConstants.lengthPrefixSize + Int(length) > held
+        else {
+            // Whole frames left untaken, a length prefix not whole yet, or a frame nextRawFrame() will refuse.
+            copiedBytes += bytes.readableBytes
+            buffer!.writeImmutableBuffer(bytes)
+            return
+        }
+        let frameSize = ProtocolConstants.lengthPrefixSize + Int(length)
+        if buffer!.readerIndex != 0 || buffer!.capacity < frameSize {
+            var frame = ByteBufferAllocator().buffer(capacity: frameSize)
+            frame.writeImmutableBuffer(buffer!)
+            copiedBytes += held
+            buffer = frame
+        }
+        let taken = min(frameSize - held, bytes.readableBytes)
+        buffer!.writeImmutableBuffer(bytes.getSlice(at: bytes.readerIndex, length: taken)!)
+        copiedBytes += taken
+        if bytes.readableBytes > taken {
+            spill = bytes.getSlice(at: bytes.readerIndex + taken, length: bytes.readableBytes - taken)!
+        }
+    }
+
+    /// Takes ``spill`` as the buffer once the buffer is used up.
+    @inlinable
+    mutating func bufferUsedUp() {
+        buffer = spill
+        spill = nil
     }
 
     /// The next whole frame, or `nil` when more bytes are needed.
@@ -63,7 +110,7 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         }
         buffer!.moveReaderIndex(forwardBy: ProtocolConstants.lengthPrefixSize)
         var body = buffer!.readSlice(length: Int(length))!
-        if buffer!.readableBytes == 0 { buffer = nil }
+        if buffer!.readableBytes == 0 { bufferUsedUp() }
         let type: UInt8 = body.readInteger()!
         return (type, body)
     }
@@ -90,7 +137,7 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         guard let taken else { return nil }
         guard taken > 0 else { return false }
         buffer!.moveReaderIndex(forwardBy: taken)
-        if buffer!.readableBytes == 0 { buffer = nil }
+        if buffer!.readableBytes == 0 { bufferUsedUp() }
         return true
     }
 
@@ -105,24 +152,30 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     /// - Returns: the number of frames `body` took.
     @inlinable
     package mutating func takeFramesInPlace(_ body: (UInt8, UnsafeRawBufferPointer, _ stop: inout Bool) -> Bool) -> Int {
-        guard buffer != nil else { return 0 }
         let maxFrameLength = maxFrameLength
-        let (count, end) = buffer!.withUnsafeReadableBytes { bytes -> (Int, Int) in
-            var count = 0
-            var offset = 0
-            var stop = false
-            while !stop, let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength),
-                body(frame.type, frame.fields, &stop)
-            {
-                count += 1
-                offset = frame.end
+        var total = 0
+        while buffer != nil {
+            let (count, end, stopped) = buffer!.withUnsafeReadableBytes { bytes -> (Int, Int, Bool) in
+                var count = 0
+                var offset = 0
+                var stop = false
+                while !stop, let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength),
+                    body(frame.type, frame.fields, &stop)
+                {
+                    count += 1
+                    offset = frame.end
+                }
+                return (count, offset, stop)
             }
-            return (count, offset)
+            total += count
+            guard end > 0 else { break }
+            buffer!.moveReaderIndex(forwardBy: end)
+            guard buffer!.readableBytes == 0 else { break }
+            // Every frame of the buffer was taken: the run goes on into the rest of the read, if any.
+            bufferUsedUp()
+            if stopped { break }
         }
-        guard end > 0 else { return 0 }
-        buffer!.moveReaderIndex(forwardBy: end)
-        if buffer!.readableBytes == 0 { buffer = nil }
-        return count
+        return total
     }
 
     /// Calls `body` with the type byte and fields of each whole frame buffered, up to `limit` frames, without
@@ -130,13 +183,29 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     /// names will reach). Stops at the first frame not whole or not valid; ``nextRawFrame()`` judges those.
     @inlinable
     package func forEachBufferedFrame(limit: Int, _ body: (UInt8, UnsafeRawBufferPointer) -> Void) {
-        buffer?.withUnsafeReadableBytes { bytes in
+        guard let buffer else { return }
+        var left = limit
+        // The spill's frames follow only when the buffer holds whole frames and nothing else.
+        guard Self.forEachFrame(in: buffer, left: &left, maxFrameLength: maxFrameLength, body), let spill else { return }
+        _ = Self.forEachFrame(in: spill, left: &left, maxFrameLength: maxFrameLength, body)
+    }
+
+    /// Calls `body` for the whole frames of `part`, up to `left`; whether it ended exactly after its last frame.
+    @inlinable
+    static func forEachFrame(
+        in part: ByteBuffer, left: inout Int, maxFrameLength: UInt32, _ body: (UInt8, UnsafeRawBufferPointer) -> Void
+    ) -> Bool {
+        part.withUnsafeReadableBytes { bytes in
             var offset = 0
-            for _ in 0..<limit {
-                guard let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength) else { return }
+            while left > 0 {
+                guard let frame = try? Self.frame(in: bytes, at: offset, maxFrameLength: maxFrameLength) else {
+                    return offset == bytes.count
+                }
                 body(frame.type, frame.fields)
                 offset = frame.end
+                left -= 1
             }
+            return false
         }
     }
 

@@ -138,6 +138,32 @@ struct FrameAccumulatorTests {
         #expect(result.frames == frames)
     }
 
+    @Test("a read copies at most the one frame it completes: large frames in large reads are not copied again")
+    func readsCopyAtMostOneFrame() throws {
+        // 16 KiB notifications read 64 KiB at a time, each read drained before the next, as the library and the
+        // daemon do: every read but the first ends inside a frame.
+        let payload = ByteBuffer(repeating: 0x5A, count: 16_384)
+        let frames = (0..<60).map { index in
+            ServerFrame.notification(
+                NotificationFrame(
+                    sequence: UInt64(index), sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "big", payload: payload))
+        }
+        let stream = frames.flatMap(\.encodedBytes)
+        var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 131_072)
+        var decoded = 0
+        var reads = 0
+        for start in stride(from: 0, to: stream.count, by: 65_536) {
+            accumulator.append(ByteBuffer(bytes: stream[start..<min(start + 65_536, stream.count)]))
+            reads += 1
+            while try accumulator.next() != nil { decoded += 1 }
+        }
+        #expect(decoded == frames.count)
+        #expect(accumulator.bufferedBytes == 0)
+        let frameSize = stream.count / frames.count
+        // Appending each read behind the partial frame copied nearly the whole stream (919 of 985 KB).
+        #expect(accumulator.copiedBytes <= reads * frameSize, "\(accumulator.copiedBytes) bytes copied for \(reads) reads")
+    }
+
     @Test("bufferedBytes and finish")
     func bufferedBytesAndFinish() throws {
         var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
