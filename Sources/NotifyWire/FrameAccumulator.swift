@@ -51,15 +51,12 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
             return
         }
         let held = buffer!.readableBytes
-        guard let length = buffer!.getInteger(at: buffer!.readerIndex, endianness: .big, as: UInt32.self),
-            length > 0, length <= maxFrameLength, ProtocolConstants.lengthPrefixSize + Int(length) > held
-        else {
-            // Whole frames left untaken, a length prefix not whole yet, or a frame nextRawFrame() will refuse.
+        guard let frameSize = frameSize(held: held, then: bytes), frameSize > held else {
+            // Whole frames left untaken, a length prefix still not whole, or a frame nextRawFrame() will refuse.
             copiedBytes += bytes.readableBytes
             buffer!.writeImmutableBuffer(bytes)
             return
         }
-        let frameSize = ProtocolConstants.lengthPrefixSize + Int(length)
         if buffer!.readerIndex != 0 || buffer!.capacity < frameSize {
             var frame = ByteBufferAllocator().buffer(capacity: frameSize)
             frame.writeImmutableBuffer(buffer!)
@@ -72,6 +69,24 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         if bytes.readableBytes > taken {
             spill = bytes.getSlice(at: bytes.readerIndex + taken, length: bytes.readableBytes - taken)!
         }
+    }
+
+    /// The size of the frame that starts the buffer, whose first `held` bytes are buffered and whose length prefix
+    /// may end in `bytes`; `nil` when the prefix is not whole even with `bytes`, or is a length nextRawFrame() refuses.
+    @inlinable
+    func frameSize(held: Int, then bytes: ByteBuffer) -> Int? {
+        let prefix = ProtocolConstants.lengthPrefixSize
+        guard held + bytes.readableBytes >= prefix else { return nil }
+        var length: UInt32 = 0
+        for index in 0..<prefix {
+            let byte =
+                index < held
+                ? buffer!.getInteger(at: buffer!.readerIndex + index, as: UInt8.self)!
+                : bytes.getInteger(at: bytes.readerIndex + index - held, as: UInt8.self)!
+            length = length << 8 | UInt32(byte)
+        }
+        guard length > 0, length <= maxFrameLength else { return nil }
+        return prefix + Int(length)
     }
 
     /// Takes ``spill`` as the buffer once the buffer is used up.
@@ -103,11 +118,10 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         }
         if length == 0 { throw WireDecodingError.emptyFrame }
         if length > maxFrameLength { throw WireDecodingError.frameTooLarge(length: length, limit: maxFrameLength) }
-        guard buffer!.readableBytes >= ProtocolConstants.lengthPrefixSize + Int(length) else {
-            // Keep a partial frame compact so a long-lived connection does not grow its buffer.
-            if buffer!.readerIndex > 65_536 { buffer!.discardReadBytes() }
-            return nil
-        }
+        // A partial frame stays where it is: the next read moves it into a buffer of its own (see append(_:)), so
+        // a long-lived connection does not grow its buffer. Compacting here copied the whole read the buffer shares
+        // with NIO until channelRead returns.
+        guard buffer!.readableBytes >= ProtocolConstants.lengthPrefixSize + Int(length) else { return nil }
         buffer!.moveReaderIndex(forwardBy: ProtocolConstants.lengthPrefixSize)
         var body = buffer!.readSlice(length: Int(length))!
         if buffer!.readableBytes == 0 { bufferUsedUp() }

@@ -120,8 +120,8 @@ struct FrameAccumulatorTests {
 
     @Test("a long-lived stream with many partial frames stays correct")
     func longStream() {
-        // Well over 64 KiB of frames cut in odd chunks, so the accumulator compacts its buffer while holding
-        // a partial frame.
+        // Well over 64 KiB of frames cut in odd chunks, so the accumulator moves many partial frames into buffers
+        // of their own and keeps the rest of many reads aside.
         let frames: [ClientFrame] = (0..<400).map { index in
             .post(
                 .init(

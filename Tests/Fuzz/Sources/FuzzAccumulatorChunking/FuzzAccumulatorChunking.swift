@@ -5,7 +5,7 @@
 //           (131,072, 64, 16 or 1 MiB); bit 3 drain with nextRawFrame() + decode instead of next();
 //           bit 4 hand each chunk over as a slice with bytes already read in front of it;
 //           bit 5 put 70 frames of 1 KiB (POST or QUERY_RESULT) in front of the stream, so the accumulator's
-//           read index passes 64 KiB and it compacts a partial frame (the limit is then at least 131,072);
+//           read index passes 64 KiB with a partial frame held (the limit is then at least 131,072);
 //           bit 6 (with bit 3) take the frames of odd type in place with takeNextFrameInPlace() first, one at a
 //           time (as the daemon does at a shutdown's end); bit 7 (with bits 3 and 6) take them in runs with
 //           takeFramesInPlace(), stopping at random, as the daemon takes posts and the Swift library notifications.
