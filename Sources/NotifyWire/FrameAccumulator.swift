@@ -119,8 +119,8 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         if length == 0 { throw WireDecodingError.emptyFrame }
         if length > maxFrameLength { throw WireDecodingError.frameTooLarge(length: length, limit: maxFrameLength) }
         // A partial frame stays where it is: the next read moves it into a buffer of its own (see append(_:)), so
-        // a long-lived connection does not grow its buffer. Compacting here copied the whole read the buffer shares
-        // with NIO until channelRead returns.
+        // a long-lived connection does not grow its buffer. Compacting here, while the buffer shares its storage
+        // with NIO until channelRead returns, allocated a new storage of the read's size.
         guard buffer!.readableBytes >= ProtocolConstants.lengthPrefixSize + Int(length) else { return nil }
         buffer!.moveReaderIndex(forwardBy: ProtocolConstants.lengthPrefixSize)
         var body = buffer!.readSlice(length: Int(length))!
