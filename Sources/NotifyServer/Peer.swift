@@ -67,12 +67,14 @@ final class Peer {
         metadata["connection"] = "\(number)"
         metadata["pid"] = "\(credentials.pid)"
         metadata["uid"] = "\(credentials.uid)"
-        if phase != .awaitingHello { metadata["client"] = "\(clientName)" }
+        if saidHello { metadata["client"] = "\(clientName)" }
         logger.handler.metadata = metadata
         describedLogger = logger
         return logger
     }
     private var describedLogger: Logger?
+    /// Whether `HELLO` came (its client name, maybe empty, is then in the log metadata).
+    private var saidHello = false
 
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     let credentials: SenderCredentials
@@ -182,6 +184,7 @@ final class Peer {
         phase = .open
         clientName = name
         helloFlags = flags
+        saidHello = true
         describedLogger?[metadataKey: "client"] = "\(clientName)"
     }
 
@@ -319,8 +322,10 @@ final class Peer {
         queue.close()
         broker.unregister(self)
         // Routine closes are debug; a client that lost notifications is worth an operator's attention.
+        let level: Logger.Level = queue.dropped > 0 ? .notice : .debug
+        guard broker.logger.logLevel <= level else { return }
         logger.log(
-            level: queue.dropped > 0 ? .notice : .debug, "connection closed",
+            level: level, "connection closed",
             metadata: queue.dropped + queue.merged > 0 ? ["dropped": "\(queue.dropped)", "merged": "\(queue.merged)"] : nil)
     }
 

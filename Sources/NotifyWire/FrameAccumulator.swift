@@ -14,6 +14,8 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     @usableFromInline var spill: ByteBuffer?
     /// Bytes copied by ``append(_:)`` so far (tests check that a read costs at most one frame's copy).
     package private(set) var copiedBytes = 0
+    /// The capacity of the storage held (tests check that a partial frame does not keep a whole read's copy).
+    package var heldCapacity: Int { (buffer?.capacity ?? 0) + (spill?.capacity ?? 0) }
     /// Frames longer than this (after the length prefix) are rejected with ``WireDecodingError/frameTooLarge(length:limit:)``.
     package var maxFrameLength: UInt32
 
@@ -35,7 +37,7 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     /// Adds bytes read from the stream.
     ///
     /// A read usually arrives when every whole frame before it was taken, and what is left is the start of one
-    /// frame: then only that frame is completed, in a buffer of its size, and the rest of the read is kept where NIO
+    /// frame: then only that frame is completed, in a buffer of its own, and the rest of the read is kept where NIO
     /// read it. Appending the whole read instead copied every byte of a stream of large frames once more, and again
     /// when the growing buffer was reallocated and compacted.
     @inlinable
@@ -57,14 +59,21 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
             buffer!.writeImmutableBuffer(bytes)
             return
         }
-        if buffer!.readerIndex != 0 || buffer!.capacity < frameSize {
-            var frame = ByteBufferAllocator().buffer(capacity: frameSize)
+        let taken = min(frameSize - held, bytes.readableBytes)
+        let completion = bytes.getSlice(at: bytes.readerIndex, length: taken)!
+        // Written in place only into a buffer of the accumulator's own (one it made, below): NIO's pooled read
+        // buffers are shared with the pool, and writing into one copies all of it first.
+        let wroteInPlace =
+            buffer!.readerIndex == 0 && buffer!.modifyIfUniquelyOwned { $0.writeImmutableBuffer(completion) } != nil
+        if !wroteInPlace {
+            // Room for what came so far and up to 64 KiB more, not for a length a client merely declared.
+            let capacity = min(frameSize, max(held + taken, 65_536))
+            var frame = ByteBufferAllocator().buffer(capacity: capacity)
             frame.writeImmutableBuffer(buffer!)
+            frame.writeImmutableBuffer(completion)
             copiedBytes += held
             buffer = frame
         }
-        let taken = min(frameSize - held, bytes.readableBytes)
-        buffer!.writeImmutableBuffer(bytes.getSlice(at: bytes.readerIndex, length: taken)!)
         copiedBytes += taken
         if bytes.readableBytes > taken {
             spill = bytes.getSlice(at: bytes.readerIndex + taken, length: bytes.readableBytes - taken)!

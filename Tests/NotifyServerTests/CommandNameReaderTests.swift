@@ -8,6 +8,16 @@ import Testing
 
 @testable import NotifyServer
 
+/// Open connections' pids, shared with the pool's threads.
+private final class OpenSet: @unchecked Sendable {  // guarded by `lock`
+    private let lock = NSLock()
+    private var pids: Set<UInt32>
+
+    init(_ pids: ClosedRange<UInt32>) { self.pids = Set(pids) }
+    func remove(_ pid: UInt32) { lock.withLock { _ = pids.remove(pid) } }
+    func contains(_ pid: UInt32) -> Bool { lock.withLock { pids.contains(pid) } }
+}
+
 /// The pids whose command names were read, shared with the pool's threads.
 private final class ReadLog: @unchecked Sendable {  // guarded by `lock`
     private let lock = NSLock()
@@ -32,7 +42,7 @@ struct CommandNameReaderTests {
         let resolver = PeerIdentityResolver(eventLoop: EmbeddedEventLoop(), pool: nil, lookup: lookup)
         var open: Set<UInt32> = []
         var found: [UInt32: String] = [:]
-        // 100 connections come and go (a client reconnecting in a loop), 3 stay.
+        // 101 connections come and go (a client reconnecting in a loop), 2 stay.
         for pid in UInt32(1)...103 {
             if pid % 40 == 0 { open.insert(pid) }
             resolver.resolve(
@@ -52,19 +62,25 @@ struct CommandNameReaderTests {
     @Test("A connection that closes while its batch is read is not told; the batches are bounded")
     func largeBacklogInBoundedBatches() throws {
         let log = ReadLog()
-        let reader = CommandNameReader(eventLoop: EmbeddedEventLoop(), pool: nil, command: log.read)
-        var open = Set(UInt32(1)...UInt32(2_500))
-        var told = 0
+        let open = OpenSet(UInt32(1)...UInt32(2_500))
+        // Reading pid 10's name, the pool thread sees pid 20 close (its connection ends during the batch).
+        let reader = CommandNameReader(eventLoop: EmbeddedEventLoop(), pool: nil) { pid in
+            if pid == 10 { open.remove(20) }
+            return log.read(pid)
+        }
+        var told: [UInt32] = []
         for pid in UInt32(1)...2_500 {
-            reader.enqueue(pid: pid, found: { _ in told += 1 }, isWaiting: { open.contains(pid) })
+            reader.enqueue(pid: pid, found: { _ in told.append(pid) }, isWaiting: { open.contains(pid) })
         }
         reader.readPending()
         #expect(log.readPIDs.count == CommandNameReader.batchLimit)
+        #expect(!told.contains(20), "closed while its batch was read: not told")
+        #expect(told.count == CommandNameReader.batchLimit - 1)
         open.remove(2_000)
         reader.readPending()
         reader.readPending()
         #expect(log.readPIDs.count == 2_499)
-        #expect(told == 2_499)
+        #expect(told.count == 2_498)
         #expect(reader.batches == 3)
     }
 
@@ -88,28 +104,31 @@ struct CommandNameReaderTests {
         let loop = group.next()
         let pool = NIOThreadPool(numberOfThreads: 1)
         pool.start()
-        let names = try await loop.submit {
+        let (batchesWhileInFlight, landed) = try await loop.submit {
             let reader = CommandNameReader(eventLoop: loop, pool: pool, command: log.read)
-            let promise = loop.makePromise(of: [String?].self)
+            let promise = loop.makePromise(of: (names: [String?], batches: Int).self)
             var names: [String?] = []
-            for pid in UInt32(1)...3 {
+            for pid in UInt32(1)...4 {
                 reader.enqueue(
                     pid: pid,
                     found: {
                         loop.preconditionInEventLoop()
                         names.append($0)
-                        if names.count == 3 { promise.succeed(names) }
+                        // The first batch landed: the next tick reads the name that waited for it.
+                        if names.count == 3 { reader.readPending() }
+                        if names.count == 4 { promise.succeed((names, reader.batches)) }
                     }, isWaiting: { true })
+                if pid == 3 { reader.readPending() }
             }
+            // The first batch is in flight: this tick starts nothing.
             reader.readPending()
-            // In flight: a second tick starts nothing.
-            reader.enqueue(pid: 4, found: { _ in }, isWaiting: { true })
-            reader.readPending()
-            precondition(reader.batches == 1)
-            return promise.futureResult
-        }.flatMap { $0 }.get()
-        #expect(names == ["cmd-1", "cmd-2", "cmd-3"])
-        #expect(log.readPIDs == [1, 2, 3])
+            return (reader.batches, promise.futureResult)
+        }.get()
+        let (names, batches) = try await landed.get()
+        #expect(batchesWhileInFlight == 1)
+        #expect(batches == 2)
+        #expect(names == ["cmd-1", "cmd-2", "cmd-3", "cmd-4"])
+        #expect(log.readPIDs == [1, 2, 3, 4])
         try await pool.shutdownGracefully()
         try await group.shutdownGracefully()
     }

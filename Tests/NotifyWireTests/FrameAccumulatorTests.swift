@@ -164,6 +164,83 @@ struct FrameAccumulatorTests {
         #expect(accumulator.copiedBytes <= reads * frameSize, "\(accumulator.copiedBytes) bytes copied for \(reads) reads")
     }
 
+    @Test("a partial frame in a read buffer that NIO's pool still holds is completed in a buffer of its own, not a copy of the read's storage")
+    func partialFrameInSharedStorage() throws {
+        let payload = ByteBuffer(repeating: 0x5A, count: 16_384)
+        let frame = ServerFrame.notification(
+            NotificationFrame(sequence: 1, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "big", payload: payload))
+        let bytes = frame.encodedBytes
+        var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 131_072)
+        // NIO reads into pooled buffers of 64 KiB and keeps them: the first read holds only the frame's start.
+        var pooled: [ByteBuffer] = []
+        var first = ByteBufferAllocator().buffer(capacity: 65_536)
+        first.writeBytes(bytes[..<10_000])
+        pooled.append(first)
+        accumulator.append(first)
+        #expect(try accumulator.next() == nil)
+        var second = ByteBufferAllocator().buffer(capacity: 65_536)
+        second.writeBytes(bytes[10_000...])
+        pooled.append(second)
+        accumulator.append(second)
+        // Writing the rest into the pooled storage copied all 64 KiB of it into a storage of the accumulator's.
+        #expect(accumulator.heldCapacity < 2 * bytes.count, "\(accumulator.heldCapacity) bytes held for one frame")
+        #expect(try accumulator.next() == frame)
+        #expect(pooled.allSatisfy { $0.readableBytes > 0 }, "the pool's buffers are untouched")
+    }
+
+    @Test("a partial frame whose declared length is large reserves what came, not what it declares")
+    func declaredLengthIsNotReserved() throws {
+        var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 1 << 20)
+        // A length prefix announcing 1 MiB, in two reads, then nothing.
+        accumulator.append(ByteBuffer(bytes: [0x00, 0x10]))
+        accumulator.append(ByteBuffer(bytes: [0x00, 0x00, 0x01]))
+        #expect(try accumulator.next() == nil)
+        #expect(accumulator.heldCapacity <= 65_536, "\(accumulator.heldCapacity) bytes held for 5 received")
+    }
+
+    @Test("reads appended while frames are left untaken (back-pressure) keep every byte, in order", arguments: [3, 19] as [UInt64])
+    func framesLeftUntaken(seed: UInt64) throws {
+        let frames: [ClientFrame] = (0..<300).map { index in
+            .post(
+                .init(
+                    requestID: UInt32(index), name: "load.\(index % 5)",
+                    payload: ByteBuffer(bytes: Array(repeating: UInt8(index & 0xFF), count: (index * 37) % 3_000))))
+        }
+        let stream = frames.flatMap(\.encodedBytes)
+        var generator = SplitMix64(seed: seed)
+        let chunks = NotifyWireTests.randomChunks(of: stream, maxChunk: 4_000, using: &generator)
+        var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
+        var decoded: [ClientFrame] = []
+        var consumed = 0
+        for (index, chunk) in chunks.enumerated() {
+            accumulator.append(ByteBuffer(bytes: chunk))
+            // Drained only after every third read, and then only two frames: the rest waits, as under back-pressure.
+            guard index % 3 == 2 else { continue }
+            let appended = chunks[...index].reduce(0) { $0 + $1.count }
+            #expect(accumulator.bufferedContents == Array(stream[consumed..<appended]))
+            // The frames looked at ahead are the whole frames buffered, in order (the daemon's prefetch).
+            var ahead: [[UInt8]] = []
+            accumulator.forEachBufferedFrame(limit: 50) { type, fields in ahead.append([type] + Array(fields)) }
+            var whole: [[UInt8]] = []
+            var offset = consumed
+            for frame in frames[decoded.count...] {
+                let encoded = frame.encodedBytes
+                guard whole.count < 50, offset + encoded.count <= appended else { break }
+                whole.append(Array(encoded.dropFirst(4)))
+                offset += encoded.count
+            }
+            #expect(ahead == whole)
+            for _ in 0..<2 {
+                guard let frame = try accumulator.next() else { break }
+                decoded.append(frame)
+                consumed += frame.encodedBytes.count
+            }
+        }
+        while let frame = try accumulator.next() { decoded.append(frame) }
+        #expect(decoded == frames)
+        #expect(accumulator.bufferedBytes == 0)
+    }
+
     @Test("bufferedBytes and finish")
     func bufferedBytesAndFinish() throws {
         var accumulator = FrameAccumulator<ClientFrame>(maxFrameLength: 131_072)
