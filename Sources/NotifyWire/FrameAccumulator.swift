@@ -14,8 +14,11 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
     @usableFromInline var spill: ByteBuffer?
     /// Bytes copied by ``append(_:)`` so far (tests check that a read costs at most one frame's copy).
     package private(set) var copiedBytes = 0
-    /// The capacity of the storage held (tests check that a partial frame does not keep a whole read's copy).
+    /// The capacity of the buffer and of the spill (a slice's own, not that of the read it is cut from): tests check
+    /// that a partial frame does not keep a copy of a whole read.
     package var heldCapacity: Int { (buffer?.capacity ?? 0) + (spill?.capacity ?? 0) }
+    /// Whether the rest of a read waits behind the frame it completed (tests check that they reach this path).
+    package var holdsSpill: Bool { spill != nil }
     /// Frames longer than this (after the length prefix) are rejected with ``WireDecodingError/frameTooLarge(length:limit:)``.
     package var maxFrameLength: UInt32
 
@@ -61,8 +64,8 @@ package struct FrameAccumulator<Frame: WireFrameDecodable> {
         }
         let taken = min(frameSize - held, bytes.readableBytes)
         let completion = bytes.getSlice(at: bytes.readerIndex, length: taken)!
-        // Written in place only into a buffer of the accumulator's own (one it made, below): NIO's pooled read
-        // buffers are shared with the pool, and writing into one copies all of it first.
+        // Written in place only into a buffer no one else holds (one made below, or a read buffer NIO's pool let
+        // go): a pooled read buffer is shared with the pool, and writing into one copies all of it first.
         let wroteInPlace =
             buffer!.readerIndex == 0 && buffer!.modifyIfUniquelyOwned { $0.writeImmutableBuffer(completion) } != nil
         if !wroteInPlace {
