@@ -24,8 +24,6 @@ final class CommandNameReader {
     private var pending: [Request] = []
     private var pruneAt = 4_096
     private var inFlight = false
-    /// Names read so far (tests count them: a connection closed before its tick must not be read).
-    private(set) var namesRead = 0
     /// Pool jobs started so far.
     private(set) var batches = 0
 
@@ -59,7 +57,6 @@ final class CommandNameReader {
         pending.removeFirst(batch.count)
         let pids = batch.map(\.pid)
         let command = self.command
-        namesRead += pids.count
         batches += 1
         guard let pool else {
             land(pids.map(command), for: batch)

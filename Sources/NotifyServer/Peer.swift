@@ -76,6 +76,12 @@ final class Peer {
     /// Whether `HELLO` came (its client name, maybe empty, is then in the log metadata).
     private var saidHello = false
 
+    /// Logs an event every connection has (opened, taken over, closed) if `level` is on: only then is the logger made.
+    private func log(_ level: Logger.Level, _ message: Logger.Message, metadata: @autoclosure () -> Logger.Metadata? = nil) {
+        guard broker.logger.logLevel <= level else { return }
+        logger.log(level: level, message, metadata: metadata())
+    }
+
     /// The peer's credentials from `SO_PEERCRED`, stamped on every notification it posts.
     let credentials: SenderCredentials
     /// Its uid and groups for access decisions; the groups are complete once ``identityFound(groups:)`` ran.
@@ -105,7 +111,7 @@ final class Peer {
         self.account = broker.accounts.account(for: credentials.uid)
         self.queue = DeliveryQueue(limit: broker.configuration.outboundByteLimit, account: account)
         (number, slot) = broker.register(self)
-        if broker.logger.logLevel <= .debug { logger.debug("connection opened") }
+        log(.debug, "connection opened")
         if let denial = account.chargeConnection() {
             logger.warning(
                 "connection refused: per-user connection quota reached",
@@ -159,9 +165,7 @@ final class Peer {
         if queue.heldBytes > 0 { broker.startedHolding(self) }
         if record.phase == .closing { closeAfterFlushing() }
         if queue.hasUnflushedBytes { broker.markDirty(self) }
-        if broker.logger.logLevel <= .debug {
-            logger.debug("connection taken over", metadata: ["subscriptions": "\(subscriptionCount)"])
-        }
+        log(.debug, "connection taken over", metadata: ["subscriptions": "\(subscriptionCount)"])
     }
 
     var isOpen: Bool { phase == .open }
@@ -322,10 +326,8 @@ final class Peer {
         queue.close()
         broker.unregister(self)
         // Routine closes are debug; a client that lost notifications is worth an operator's attention.
-        let level: Logger.Level = queue.dropped > 0 ? .notice : .debug
-        guard broker.logger.logLevel <= level else { return }
-        logger.log(
-            level: level, "connection closed",
+        log(
+            queue.dropped > 0 ? .notice : .debug, "connection closed",
             metadata: queue.dropped + queue.merged > 0 ? ["dropped": "\(queue.dropped)", "merged": "\(queue.merged)"] : nil)
     }
 

@@ -67,7 +67,7 @@ final class PeerIdentityResolver {
     /// `isWaiting` tells whether the connection still wants the answers (it may close while the lookup hangs).
     func resolve(
         _ credentials: SenderCredentials, groupsFound: @escaping (Set<UInt32>) -> Void,
-        commandFound: @escaping (String?) -> Void, isWaiting: @escaping () -> Bool = { true }
+        commandFound: @escaping (String?) -> Void, isWaiting: @escaping () -> Bool
     ) {
         let key = Key(uid: credentials.uid, gid: credentials.gid)
         let now = NIODeadline.now()

@@ -63,6 +63,21 @@ struct FrameAccumulatorTests {
     ]
 
     static var clientStream: [UInt8] { clientFrames.flatMap(\.encodedBytes) }
+
+    /// A notification of `payloadBytes` bytes, for the tests of large frames.
+    static func largeNotification(_ name: String, payloadBytes: Int, sequence: UInt64 = 1) -> ServerFrame {
+        .notification(
+            NotificationFrame(
+                sequence: sequence, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: name,
+                payload: ByteBuffer(repeating: 0x5A, count: payloadBytes)))
+    }
+
+    /// `bytes` as NIO reads them: into a pooled buffer of 64 KiB, which the pool keeps (the caller holds it).
+    static func pooledRead(_ bytes: ArraySlice<UInt8>) -> ByteBuffer {
+        var read = ByteBufferAllocator().buffer(capacity: 65_536)
+        read.writeBytes(bytes)
+        return read
+    }
     static var serverStream: [UInt8] { serverFrames.flatMap(\.encodedBytes) }
 
     @Test("the whole stream in one read")
@@ -142,12 +157,7 @@ struct FrameAccumulatorTests {
     func readsCopyAtMostOneFrame() throws {
         // 16 KiB notifications read 64 KiB at a time, each read drained before the next, as the library and the
         // daemon do: every read but the first ends inside a frame.
-        let payload = ByteBuffer(repeating: 0x5A, count: 16_384)
-        let frames = (0..<60).map { index in
-            ServerFrame.notification(
-                NotificationFrame(
-                    sequence: UInt64(index), sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "big", payload: payload))
-        }
+        let frames = (0..<60).map { Self.largeNotification("big", payloadBytes: 16_384, sequence: UInt64($0)) }
         let stream = frames.flatMap(\.encodedBytes)
         var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 131_072)
         var decoded = 0
@@ -166,22 +176,14 @@ struct FrameAccumulatorTests {
 
     @Test("a partial frame in a read buffer that NIO's pool still holds is completed in a buffer of its own, not a copy of the read's storage")
     func partialFrameInSharedStorage() throws {
-        let payload = ByteBuffer(repeating: 0x5A, count: 16_384)
-        let frame = ServerFrame.notification(
-            NotificationFrame(sequence: 1, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "big", payload: payload))
+        let frame = Self.largeNotification("big", payloadBytes: 16_384)
         let bytes = frame.encodedBytes
         var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 131_072)
         // NIO reads into pooled buffers of 64 KiB and keeps them: the first read holds only the frame's start.
-        var pooled: [ByteBuffer] = []
-        var first = ByteBufferAllocator().buffer(capacity: 65_536)
-        first.writeBytes(bytes[..<10_000])
-        pooled.append(first)
-        accumulator.append(first)
+        let pooled = [Self.pooledRead(bytes[..<10_000]), Self.pooledRead(bytes[10_000...])]
+        accumulator.append(pooled[0])
         #expect(try accumulator.next() == nil)
-        var second = ByteBufferAllocator().buffer(capacity: 65_536)
-        second.writeBytes(bytes[10_000...])
-        pooled.append(second)
-        accumulator.append(second)
+        accumulator.append(pooled[1])
         // Writing the rest into the pooled storage copied all 64 KiB of it into a storage of the accumulator's.
         #expect(accumulator.heldCapacity < 2 * bytes.count, "\(accumulator.heldCapacity) bytes held for one frame")
         #expect(try accumulator.next() == frame)
@@ -190,18 +192,13 @@ struct FrameAccumulatorTests {
 
     @Test("a frame larger than 64 KiB, read 64 KiB at a time into pooled buffers, is copied in linear time")
     func largeFrameInManyReads() throws {
-        let payload = ByteBuffer(repeating: 0x33, count: 600_000)
-        let frame = ServerFrame.notification(
-            NotificationFrame(sequence: 1, sender: SenderCredentials(pid: 2, uid: 3, gid: 4), name: "huge", payload: payload))
+        let frame = Self.largeNotification("huge", payloadBytes: 600_000)
         let bytes = frame.encodedBytes
         var accumulator = FrameAccumulator<ServerFrame>(maxFrameLength: 1 << 20)
-        var pooled: [ByteBuffer] = []
-        for start in stride(from: 0, to: bytes.count, by: 65_536) {
-            var read = ByteBufferAllocator().buffer(capacity: 65_536)
-            read.writeBytes(bytes[start..<min(start + 65_536, bytes.count)])
-            pooled.append(read)
-            accumulator.append(read)
+        let pooled = stride(from: 0, to: bytes.count, by: 65_536).map {
+            Self.pooledRead(bytes[$0..<min($0 + 65_536, bytes.count)])
         }
+        for read in pooled { accumulator.append(read) }
         #expect(try accumulator.next() == frame)
         // Copying what was held again at every read would be about 5 times the frame here.
         #expect(accumulator.copiedBytes <= 2 * bytes.count, "\(accumulator.copiedBytes) bytes copied for \(bytes.count)")
