@@ -45,7 +45,7 @@ struct AccessControl {
 
     /// Whether a name may fall under a rule at all: the routing of other names skips the lookup.
     func mayBeRestricted(_ name: String) -> Bool {
-        !configuration.rules.isEmpty || (configuration.userNamesObserve != .all && name.utf8.starts(with: "user.".utf8))
+        !configuration.rules.isEmpty || (configuration.userNamesObserve != .all && Self.startsWithUser(name))
     }
 
     /// How a denial names the rule: `rule at notifyd.conf:3`, or `built-in rule`.
@@ -115,10 +115,8 @@ struct AccessControl {
     /// Labels are split on the byte `.`, as the name grammar and the pattern trie split them: splitting the
     /// `String` would take `.` followed by a combining mark as one character and miss the label.
     static func userNamespaceOwner(of name: String) -> UInt32? {
-        let bytes = name.utf8
-        let prefix = "user.".utf8
-        guard bytes.starts(with: prefix) else { return nil }
-        let rest = bytes.dropFirst(prefix.count)
+        guard startsWithUser(name) else { return nil }
+        let rest = name.utf8.dropFirst(5)
         guard let dot = rest.firstIndex(of: UInt8(ascii: ".")) else { return nil }  // fewer than three labels
         let digits = rest[..<dot]
         // Canonical decimal only: `user.01000.x` or `user.+1000.x` are not uid 1000's names.
@@ -129,6 +127,12 @@ struct AccessControl {
         var value: UInt64 = 0
         for digit in digits { value = value * 10 + UInt64(digit - UInt8(ascii: "0")) }
         return value <= UInt64(UInt32.max) ? UInt32(value) : nil
+    }
+
+    /// Whether `name` starts with `user.`. Asked on every post: the first byte rules out most names before the
+    /// generic comparison runs.
+    private static func startsWithUser(_ name: String) -> Bool {
+        name.utf8.first == UInt8(ascii: "u") && name.utf8.starts(with: "user.".utf8)
     }
 
     /// A connected peer's identity for access decisions.

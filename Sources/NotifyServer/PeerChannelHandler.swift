@@ -10,6 +10,8 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private let broker: Broker
     private var context: ChannelHandlerContext?
     private var peer: Peer?
+    /// What background lookups for this connection hold of it, cut when it closes.
+    private var lookupLink: LookupLink?
     private var accumulator: FrameAccumulator<ClientFrame>
     /// Set until the peer's groups are known: nothing is served before, since an access decision needs them.
     private var awaitingIdentity = false
@@ -123,6 +125,7 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     func handlerRemoved(context: ChannelHandlerContext) {
         // The handler and its context hold each other: break the cycle, or every closed connection leaks.
         self.context = nil
+        lookupLink?.cut()
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -142,11 +145,10 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
             return
         }
         awaitingIdentity = true
-        // Weak: a lookup that hangs must not keep a closed connection (and its peer) in memory meanwhile.
+        let link = makeLookupLink()
         broker.identities.resolve(
-            credentials, groupsFound: { [weak self] groups in self?.groupsFound(groups) },
-            commandFound: { [weak peer] command in peer?.command = command },
-            isWaiting: { [weak self] in self?.peer?.isServing == true })
+            credentials, groupsFound: { groups in link.handler?.groupsFound(groups) },
+            commandFound: Self.commandFound(link), isWaiting: Self.isWaiting(link))
         if awaitingIdentity {
             // Nothing is read until the groups are known: the socket's buffer holds what the client sends.
             readingPausedForIdentity = true
@@ -163,7 +165,28 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
         // last reads queued for others.
         broker.flushDirtyPeers()
         peer?.closed()
+        lookupLink?.cut()
         context.fireChannelInactive()
+    }
+
+    /// What background lookups for this connection hold of it (``LookupLink``), cut when it closes.
+    private func makeLookupLink() -> LookupLink {
+        let link = LookupLink(self)
+        lookupLink = link
+        return link
+    }
+
+    /// Sets the peer's command name, unless it has one (a handed-over peer may have had it read by then).
+    private static func commandFound(_ link: LookupLink) -> (String?) -> Void {
+        { command in
+            guard let peer = link.handler?.peer, peer.command == nil else { return }
+            peer.command = command
+        }
+    }
+
+    /// Whether the connection still waits for what a lookup finds: it is open and served.
+    private static func isWaiting(_ link: LookupLink) -> () -> Bool {
+        { link.handler?.peer?.isServing == true }
     }
 
     /// The peer's groups are known: serve what arrived meanwhile, and read again.
@@ -433,17 +456,17 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private func takeOver(_ record: HandoverSnapshot.PeerRecord, context: ChannelHandlerContext) {
         let peer = Peer(broker: broker, restoring: record, transport: self)
         self.peer = peer
-        let commandFound: (String?) -> Void = { [weak peer] command in if peer?.command == nil { peer?.command = command } }
-        let isWaiting = { [weak peer] in peer?.isServing == true }
+        let link = makeLookupLink()
         if record.groups == [record.credentials.gid] {
             // Handed over before its groups were known (or it has none but its primary one): look again, in the
             // background; the connection is served meanwhile with what it had.
             broker.identities.resolve(
-                record.credentials, groupsFound: { [weak peer] groups in peer?.identityFound(groups: groups) },
-                commandFound: commandFound, isWaiting: isWaiting)
+                record.credentials, groupsFound: { groups in link.handler?.peer?.identityFound(groups: groups) },
+                commandFound: Self.commandFound(link), isWaiting: Self.isWaiting(link))
         } else if record.command == nil {
             // Handed over before the predecessor's tick read its name.
-            broker.identities.commands.enqueue(pid: record.credentials.pid, found: commandFound, isWaiting: isWaiting)
+            broker.identities.commands.enqueue(
+                pid: record.credentials.pid, found: Self.commandFound(link), isWaiting: Self.isWaiting(link))
         }
         if !record.inbound.isEmpty { accumulator.append(ByteBuffer(bytes: record.inbound)) }
         readingPausedForHandover = true

@@ -97,6 +97,23 @@ struct CommandNameReaderTests {
         #expect(log.readPIDs == [1])
     }
 
+    @Test("A connection that closes before its name is read is freed at once: its waiting request does not keep it")
+    func closedConnectionIsNotKeptByItsRequest() throws {
+        let embedded = EmbeddedBroker()
+        weak var handler: PeerChannelHandler?
+        do {
+            let peer = try embedded.connect("gone")
+            _ = try peer.hello()
+            handler = peer.handler
+            try peer.channel.close().wait()
+            embedded.run()
+        }
+        #expect(embedded.broker.identities.commands.pendingCount == 1, "its request still waits for the tick")
+        #expect(handler == nil, "the closed connection (its handler, peer and queues) is kept until the tick")
+        embedded.broker.identities.commands.readPending()
+        #expect(embedded.broker.identities.commands.pendingCount == 0)
+    }
+
     @Test("On the pool, one batch is in flight at a time and its names land on the event loop")
     func onePoolBatchInFlight() async throws {
         let log = ReadLog()
