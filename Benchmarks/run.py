@@ -1243,51 +1243,64 @@ def scenario_rtt(ctx: Context, systems: list[System], results: dict) -> None:
 
 def scenario_names(ctx: Context, systems: list[System], results: dict) -> None:
     s = ctx.settings
+    taking = [system for system in systems if system.client != "swift"]  # the library adds nothing to a name table
+    runs: dict[str, list] = {system.key: [] for system in taking}
+    for rep in range(s.reps):
+        for system in taking:  # interleaved, so drift hits every system alike; the median run is reported
+            log(f"many names ({s.names}) {system.key} (run {rep + 1}/{s.reps})")
+            runs[system.key].append(run_names(ctx, system))
     out = []
-    for system in systems:
-        if system.client == "swift":
-            continue  # the library test is the fan-out; this one is about the daemon's name table
-        log(f"many names ({s.names}) {system.key}")
-        system.restart()
-        board = Board(ctx.tmp, s.name_procs, "names")
-        procs = []
-        try:
-            per = s.names // s.name_procs
-            t0 = time.time()
-            for k in range(s.name_procs):
-                procs.append(spawn(system.client_cmd(
-                    "sub", "--board", str(board.path), "--slot", str(k), "--slots", str(s.name_procs),
-                    "--name-prefix", "bench.names.n", "--name-count", str(s.names),
-                    "--name-first", str(k * per), "--name-last", str(s.names if k == s.name_procs - 1 else (k + 1) * per))))
-            board.wait_ready(range(s.name_procs), procs, timeout=600)
-            subscribe_s = time.time() - t0
-            rss = memory_kib(system.pid).get("VmRSS")
-            cpu0 = cpu_seconds(system.pid)
-            pub = spawn(system.client_cmd("pub", "--board", str(board.path), "--subs", str(s.name_procs), "--spread",
-                                          "--name-prefix", "bench.names.n", "--name-count", str(s.names),
-                                          "--posts", str(s.max_posts), "--payload", "64", "--window", "1000",
-                                          "--max-seconds", str(s.seconds)))
-            result, err = finish(pub, timeout=s.seconds + 120)
-            cpu = server_delta(system, cpu0)
-            board.stop()
-            for p in procs:
-                finish(p, timeout=20)
-            if result is None:
-                raise RuntimeError(err[-500:])
-            result.update({"system": system.key, "names": s.names, "subscribe_seconds": round(subscribe_s, 2),
-                           "server_rss_kib": rss, "server_cpu_s": round(cpu, 3)})
-            if result.get("delivered"):
-                result["server_cpu_us_per_delivery"] = round(cpu * 1e6 / result["delivered"], 4)
-            out.append(result)
-        except Exception as e:  # noqa: BLE001
-            out.append({"system": system.key, "names": s.names, "error": str(e)[-500:]})
-        finally:
-            board.stop()
-            for p in procs:
-                if p in children:
-                    finish(p, timeout=10)
-            board.close()
+    for system in taking:
+        entry = median_run(runs[system.key], "delivered_per_s")
+        cpu = [r["server_cpu_us_per_delivery"] for r in runs[system.key] if r.get("server_cpu_us_per_delivery")]
+        if cpu:
+            entry["server_cpu_us_per_delivery_runs"] = cpu
+        out.append(entry)
     results["names"] = out
+
+
+def run_names(ctx: Context, system: System) -> dict:
+    """One run of scenario 3 against a fresh `system`: its subscribers take every name, then one poster spreads."""
+    s = ctx.settings
+    system.restart()
+    board = Board(ctx.tmp, s.name_procs, "names")
+    procs = []
+    try:
+        per = s.names // s.name_procs
+        t0 = time.time()
+        for k in range(s.name_procs):
+            procs.append(spawn(system.client_cmd(
+                "sub", "--board", str(board.path), "--slot", str(k), "--slots", str(s.name_procs),
+                "--name-prefix", "bench.names.n", "--name-count", str(s.names),
+                "--name-first", str(k * per), "--name-last", str(s.names if k == s.name_procs - 1 else (k + 1) * per))))
+        board.wait_ready(range(s.name_procs), procs, timeout=600)
+        subscribe_s = time.time() - t0
+        rss = memory_kib(system.pid).get("VmRSS")
+        cpu0 = cpu_seconds(system.pid)
+        pub = spawn(system.client_cmd("pub", "--board", str(board.path), "--subs", str(s.name_procs), "--spread",
+                                      "--name-prefix", "bench.names.n", "--name-count", str(s.names),
+                                      "--posts", str(s.max_posts), "--payload", "64", "--window", "1000",
+                                      "--max-seconds", str(s.seconds)))
+        result, err = finish(pub, timeout=s.seconds + 120)
+        cpu = server_delta(system, cpu0)
+        board.stop()
+        for p in procs:
+            finish(p, timeout=20)
+        if result is None:
+            raise RuntimeError(err[-500:])
+        result.update({"system": system.key, "names": s.names, "subscribe_seconds": round(subscribe_s, 2),
+                       "server_rss_kib": rss, "server_cpu_s": round(cpu, 3)})
+        if result.get("delivered"):
+            result["server_cpu_us_per_delivery"] = round(cpu * 1e6 / result["delivered"], 4)
+        return result
+    except Exception as e:  # noqa: BLE001 - one failure must not end the run
+        return {"system": system.key, "names": s.names, "error": str(e)[-500:]}
+    finally:
+        board.stop()
+        for p in procs:
+            if p in children:
+                finish(p, timeout=10)
+        board.close()
 
 
 def scenario_patterns(ctx: Context, systems: list[System], results: dict) -> None:
@@ -1399,13 +1412,6 @@ def scenario_connections(ctx: Context, systems: list[System], results: dict) -> 
                 entry["bytes_per_subscription"] = round((rss2 - rss1) * 1024 / subscribed)
             if opened < s.idle_connections:
                 entry["note"] = f"only {opened} of {s.idle_connections} connections were accepted"
-            log(f"  churn {system.key}")
-            system.restart()  # a fresh server: tearing down thousands of connections can keep it busy for a while
-            churn = spawn(system.c_cmd("churn", "--seconds", str(s.churn_seconds)))
-            cr, err = finish(churn, timeout=s.churn_seconds + 60)
-            entry["churn_per_s"] = cr.get("per_s") if cr else None
-            if cr is None:
-                entry["churn_error"] = err[-300:]
             out.append(entry)
         except Exception as e:  # noqa: BLE001
             out.append({"system": system.key, "error": str(e)[-500:]})
@@ -1415,6 +1421,27 @@ def scenario_connections(ctx: Context, systems: list[System], results: dict) -> 
                 if p in children:
                     finish(p, timeout=30)
             board.close()
+    # Connect + subscribe + disconnect: interleaved runs, each on a fresh server (tearing down thousands of
+    # connections can keep it busy for a while), so drift hits every system alike; the median run is reported.
+    churn: dict[str, list] = {}
+    for rep in range(s.reps):
+        for entry in out:
+            system = next(x for x in systems if x.key == entry["system"])
+            log(f"  churn {system.key} (run {rep + 1}/{s.reps})")
+            try:
+                system.restart()
+                proc = spawn(system.c_cmd("churn", "--seconds", str(s.churn_seconds)))
+                cr, err = finish(proc, timeout=s.churn_seconds + 60)
+            except Exception as e:  # noqa: BLE001 - one failure must not end the run
+                cr, err = None, str(e)
+            if cr is None or cr.get("per_s") is None:
+                entry["churn_error"] = err[-300:]
+            else:
+                churn.setdefault(entry["system"], []).append(cr["per_s"])
+    for entry in out:
+        each = churn.get(entry["system"], [])
+        entry["churn_per_s"] = statistics.median(each) if each else None
+        entry["churn_runs"] = each
     results["connections"] = out
 
 
@@ -1830,15 +1857,18 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
     names = res.get("names", [])
     if names:
         n = names[0].get("names")
-        lines.append(f"**3 · Many names** ({n:,} names, one subscriber each, spread over 4 processes; posts spread over all names)")
+        lines.append(f"**3 · Many names** ({n:,} names, one subscriber each, spread over 4 processes; posts spread over all names; "
+                     "the median of interleaved runs, each on a fresh server)")
         lines.append("")
-        lines.append("| system | posts delivered/s | server CPU µs/delivery | subscribe time | server RSS after subscribing |")
-        lines.append("|---|---|---|---|---|")
+        lines.append("| system | posts delivered/s | runs (min – max) | server CPU µs/delivery | subscribe time | server RSS after subscribing |")
+        lines.append("|---|---|---|---|---|---|")
         for r in names:
             if "error" in r:
-                lines.append(f"| {label[r['system']]} | error: {r['error'][:100]} | | | |")
+                lines.append(f"| {label[r['system']]} | error: {r['error'][:100]} | | | | |")
             else:
-                lines.append(f"| {label[r['system']]} | {fmt_rate(r.get('delivered_per_s'))}{'' if r.get('complete') else ' ⚠ incomplete'} | {fmt(r.get('server_cpu_us_per_delivery'), 3)} | {fmt(r.get('subscribe_seconds'), 2, ' s')} | {fmt((r.get('server_rss_kib') or 0) / 1024, 1, ' MiB')} |")
+                each = r.get("runs") or []
+                spread = f"{len(each)} ({fmt_rate(min(each))} – {fmt_rate(max(each))})" if len(each) > 1 else str(len(each))
+                lines.append(f"| {label[r['system']]} | {fmt_rate(r.get('delivered_per_s'))}{'' if r.get('complete') else ' ⚠ incomplete'} | {spread} | {fmt(r.get('server_cpu_us_per_delivery'), 3)} | {fmt(r.get('subscribe_seconds'), 2, ' s')} | {fmt((r.get('server_rss_kib') or 0) / 1024, 1, ' MiB')} |")
         lines.append("")
 
     pats = res.get("patterns", [])
@@ -1883,15 +1913,18 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
 
     conns = res.get("connections", [])
     if conns:
-        lines.append("**6 · Connections** (idle connections × 10 subscriptions each; server RSS deltas)")
+        lines.append("**6 · Connections** (idle connections × 10 subscriptions each; server RSS deltas; connect + subscribe + "
+                     "disconnect: the median of interleaved runs, each on a fresh server)")
         lines.append("")
-        lines.append("| system | connections | RSS per connection | RSS per subscription | connect + subscribe + disconnect /s |")
-        lines.append("|---|---|---|---|---|")
+        lines.append("| system | connections | RSS per connection | RSS per subscription | connect + subscribe + disconnect /s | runs (min – max) |")
+        lines.append("|---|---|---|---|---|---|")
         for r in conns:
+            each = r.get("churn_runs") or []
+            spread = f"{len(each)} ({fmt(min(each), 0)} – {fmt(max(each), 0)})" if len(each) > 1 else str(len(each))
             if "error" in r:
-                lines.append(f"| {label[r['system']]} | error: {r['error'][:80]} | | | |")
+                lines.append(f"| {label[r['system']]} | error: {r['error'][:80]} | | | {fmt(r.get('churn_per_s'), 0)} | {spread} |")
                 continue
-            lines.append(f"| {label[r['system']]} | {r['connections']:,} | {fmt(r.get('bytes_per_connection'), 0, ' B')} | {fmt(r.get('bytes_per_subscription'), 0, ' B')} | {fmt(r.get('churn_per_s'), 0)} |")
+            lines.append(f"| {label[r['system']]} | {r['connections']:,} | {fmt(r.get('bytes_per_connection'), 0, ' B')} | {fmt(r.get('bytes_per_subscription'), 0, ' B')} | {fmt(r.get('churn_per_s'), 0)} | {spread} |")
         lines.append("")
 
     inproc = res.get("inproc", [])
