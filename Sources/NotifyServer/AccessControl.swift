@@ -11,8 +11,15 @@ import NotifyWire
 /// The built-in rule acts as a rule for the prefix `user.<uid>` owned by that uid: only it may post, and who may
 /// observe is ``AccessConfiguration/userNamesObserve`` (only it, by default). A configured rule with a longer
 /// prefix decides what it covers.
-struct AccessControl {
+///
+/// A class, immutable (a reload makes a new one): the broker asks it on every post, and a struct holding the whole
+/// configuration was copied for each question.
+final class AccessControl {
     let configuration: AccessConfiguration
+
+    init(configuration: AccessConfiguration) {
+        self.configuration = configuration
+    }
 
     /// A refusal, with the text the client receives.
     struct Denial: Error {
