@@ -1255,6 +1255,10 @@ def scenario_names(ctx: Context, systems: list[System], results: dict) -> None:
         cpu = [r["server_cpu_us_per_delivery"] for r in runs[system.key] if r.get("server_cpu_us_per_delivery")]
         if cpu:
             entry["server_cpu_us_per_delivery_runs"] = cpu
+        # A failed or incomplete run is said in the table, not hidden behind the median of the others.
+        entry["failed_runs"] = sum(1 for r in runs[system.key] if r.get("delivered_per_s") is None)
+        entry["incomplete_runs"] = sum(1 for r in runs[system.key] if r.get("delivered_per_s") is not None
+                                       and not r.get("complete"))
         out.append(entry)
     results["names"] = out
 
@@ -1262,10 +1266,11 @@ def scenario_names(ctx: Context, systems: list[System], results: dict) -> None:
 def run_names(ctx: Context, system: System) -> dict:
     """One run of scenario 3 against a fresh `system`: its subscribers take every name, then one poster spreads."""
     s = ctx.settings
-    system.restart()
-    board = Board(ctx.tmp, s.name_procs, "names")
+    board = None
     procs = []
     try:
+        system.restart()
+        board = Board(ctx.tmp, s.name_procs, "names")
         per = s.names // s.name_procs
         t0 = time.time()
         for k in range(s.name_procs):
@@ -1296,11 +1301,13 @@ def run_names(ctx: Context, system: System) -> dict:
     except Exception as e:  # noqa: BLE001 - one failure must not end the run
         return {"system": system.key, "names": s.names, "error": str(e)[-500:]}
     finally:
-        board.stop()
+        if board is not None:
+            board.stop()
         for p in procs:
             if p in children:
                 finish(p, timeout=10)
-        board.close()
+        if board is not None:
+            board.close()
 
 
 def scenario_patterns(ctx: Context, systems: list[System], results: dict) -> None:
@@ -1424,6 +1431,7 @@ def scenario_connections(ctx: Context, systems: list[System], results: dict) -> 
     # Connect + subscribe + disconnect: interleaved runs, each on a fresh server (tearing down thousands of
     # connections can keep it busy for a while), so drift hits every system alike; the median run is reported.
     churn: dict[str, list] = {}
+    failed: dict[str, list] = {}
     for rep in range(s.reps):
         for entry in out:
             system = next(x for x in systems if x.key == entry["system"])
@@ -1435,13 +1443,16 @@ def scenario_connections(ctx: Context, systems: list[System], results: dict) -> 
             except Exception as e:  # noqa: BLE001 - one failure must not end the run
                 cr, err = None, str(e)
             if cr is None or cr.get("per_s") is None:
-                entry["churn_error"] = err[-300:]
+                failed.setdefault(entry["system"], []).append((err or json.dumps(cr))[-300:])
             else:
                 churn.setdefault(entry["system"], []).append(cr["per_s"])
     for entry in out:
         each = churn.get(entry["system"], [])
         entry["churn_per_s"] = statistics.median(each) if each else None
         entry["churn_runs"] = each
+        entry["churn_failed_runs"] = len(failed.get(entry["system"], []))
+        if failed.get(entry["system"]):
+            entry["churn_error"] = failed[entry["system"]][-1]
     results["connections"] = out
 
 
@@ -1857,8 +1868,9 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
     names = res.get("names", [])
     if names:
         n = names[0].get("names")
-        lines.append(f"**3 · Many names** ({n:,} names, one subscriber each, spread over 4 processes; posts spread over all names; "
-                     "the median of interleaved runs, each on a fresh server)")
+        repeated = any(len(r.get("runs") or []) > 1 for r in names)
+        lines.append(f"**3 · Many names** ({n:,} names, one subscriber each, spread over 4 processes; posts spread over all names"
+                     + ("; the median of interleaved runs, each on a fresh server)" if repeated else ")"))
         lines.append("")
         lines.append("| system | posts delivered/s | runs (min – max) | server CPU µs/delivery | subscribe time | server RSS after subscribing |")
         lines.append("|---|---|---|---|---|---|")
@@ -1868,6 +1880,10 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
             else:
                 each = r.get("runs") or []
                 spread = f"{len(each)} ({fmt_rate(min(each))} – {fmt_rate(max(each))})" if len(each) > 1 else str(len(each))
+                if r.get("failed_runs"):
+                    spread += f", {r['failed_runs']} failed"
+                if r.get("incomplete_runs"):
+                    spread += f", {r['incomplete_runs']} incomplete"
                 lines.append(f"| {label[r['system']]} | {fmt_rate(r.get('delivered_per_s'))}{'' if r.get('complete') else ' ⚠ incomplete'} | {spread} | {fmt(r.get('server_cpu_us_per_delivery'), 3)} | {fmt(r.get('subscribe_seconds'), 2, ' s')} | {fmt((r.get('server_rss_kib') or 0) / 1024, 1, ' MiB')} |")
         lines.append("")
 
@@ -1913,14 +1929,18 @@ def render_markdown(data: dict, chart_links: dict[str, str] | None = None) -> st
 
     conns = res.get("connections", [])
     if conns:
-        lines.append("**6 · Connections** (idle connections × 10 subscriptions each; server RSS deltas; connect + subscribe + "
-                     "disconnect: the median of interleaved runs, each on a fresh server)")
+        repeated = any(len(r.get("churn_runs") or []) > 1 for r in conns)
+        lines.append("**6 · Connections** (idle connections × 10 subscriptions each; server RSS deltas"
+                     + ("; connect + subscribe + disconnect: the median of interleaved runs, each on a fresh server)"
+                        if repeated else ")"))
         lines.append("")
         lines.append("| system | connections | RSS per connection | RSS per subscription | connect + subscribe + disconnect /s | runs (min – max) |")
         lines.append("|---|---|---|---|---|---|")
         for r in conns:
             each = r.get("churn_runs") or []
             spread = f"{len(each)} ({fmt(min(each), 0)} – {fmt(max(each), 0)})" if len(each) > 1 else str(len(each))
+            if r.get("churn_failed_runs"):
+                spread += f", {r['churn_failed_runs']} failed"
             if "error" in r:
                 lines.append(f"| {label[r['system']]} | error: {r['error'][:80]} | | | {fmt(r.get('churn_per_s'), 0)} | {spread} |")
                 continue

@@ -456,15 +456,16 @@ final class PeerChannelHandler: ChannelInboundHandler, PeerTransport {
     private func takeOver(_ record: HandoverSnapshot.PeerRecord, context: ChannelHandlerContext) {
         let peer = Peer(broker: broker, restoring: record, transport: self)
         self.peer = peer
-        let link = makeLookupLink()
         if record.groups == [record.credentials.gid] {
             // Handed over before its groups were known (or it has none but its primary one): look again, in the
             // background; the connection is served meanwhile with what it had.
+            let link = makeLookupLink()
             broker.identities.resolve(
                 record.credentials, groupsFound: { groups in link.handler?.peer?.identityFound(groups: groups) },
                 commandFound: Self.commandFound(link), isWaiting: Self.isWaiting(link))
         } else if record.command == nil {
             // Handed over before the predecessor's tick read its name.
+            let link = makeLookupLink()
             broker.identities.commands.enqueue(
                 pid: record.credentials.pid, found: Self.commandFound(link), isWaiting: Self.isWaiting(link))
         }
