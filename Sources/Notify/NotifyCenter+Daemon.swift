@@ -44,10 +44,10 @@ extension NotifyCenter {
 
     /// The clients connected to the daemon: all of them for root, the caller's own user's otherwise.
     ///
-    /// A client's `command` is the daemon's reading of `/proc/PID/comm`, which it makes at its next 50 ms tick after
-    /// the connection opens (not on every connect); where the daemon has not read it yet, or its sandbox hides it
-    /// (the shipped unit's `ProtectProc=invisible`), it is read by this process instead, as seen from its pid
-    /// namespace.
+    /// A client's `command` is the daemon's reading of `/proc/PID/comm`, made in batches on a 50 ms tick for the
+    /// connections still open then (so usually within 50 ms of connecting; longer after a flood of connections);
+    /// where the daemon has not read it yet, or its sandbox hides it (the shipped unit's `ProtectProc=invisible`),
+    /// it is read by this process instead, as seen from its pid namespace.
     public func daemonClients() async throws -> [DaemonClient] {
         var clients = try decode([DaemonClient].self, try await core.query(.clients, argument: ""))
         // A sandboxed daemon (ProtectProc=invisible) cannot read other users' commands; this process may.
