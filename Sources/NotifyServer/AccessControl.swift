@@ -123,7 +123,7 @@ final class AccessControl {
     /// `String` would take `.` followed by a combining mark as one character and miss the label.
     static func userNamespaceOwner(of name: String) -> UInt32? {
         guard startsWithUser(name) else { return nil }
-        let rest = name.utf8.dropFirst(5)
+        let rest = name.utf8.dropFirst(userPrefix.utf8.count)
         guard let dot = rest.firstIndex(of: UInt8(ascii: ".")) else { return nil }  // fewer than three labels
         let digits = rest[..<dot]
         // Canonical decimal only: `user.01000.x` or `user.+1000.x` are not uid 1000's names.
@@ -139,8 +139,11 @@ final class AccessControl {
     /// Whether `name` starts with `user.`. Asked on every post: the first byte rules out most names before the
     /// generic comparison runs.
     private static func startsWithUser(_ name: String) -> Bool {
-        name.utf8.first == UInt8(ascii: "u") && name.utf8.starts(with: "user.".utf8)
+        name.utf8.first == UInt8(ascii: "u") && name.utf8.starts(with: userPrefix.utf8)
     }
+
+    /// The first label of the built-in rule's names, with its dot.
+    private static let userPrefix = "user."
 
     /// A connected peer's identity for access decisions.
     struct Identity {

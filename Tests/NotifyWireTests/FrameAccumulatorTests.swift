@@ -63,6 +63,7 @@ struct FrameAccumulatorTests {
     ]
 
     static var clientStream: [UInt8] { clientFrames.flatMap(\.encodedBytes) }
+    static var serverStream: [UInt8] { serverFrames.flatMap(\.encodedBytes) }
 
     /// A notification of `payloadBytes` bytes, for the tests of large frames.
     static func largeNotification(_ name: String, payloadBytes: Int, sequence: UInt64 = 1) -> ServerFrame {
@@ -78,7 +79,6 @@ struct FrameAccumulatorTests {
         read.writeBytes(bytes)
         return read
     }
-    static var serverStream: [UInt8] { serverFrames.flatMap(\.encodedBytes) }
 
     @Test("the whole stream in one read")
     func oneRead() {
